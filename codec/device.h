@@ -1,0 +1,42 @@
+// Devices and the kernel table a plan runs on.
+#pragma once
+
+#include <string>
+
+#include "kernels/ops.h"
+
+namespace mimi {
+
+struct Device {
+  enum class Kind { Cpu, Ref, Cuda, Hip };
+  Kind kind = Kind::Cpu;
+  int index = 0;
+
+  // "cpu", "ref" (the naive reference kernels: slow, for checking), "cuda[:i]", "hip[:i]".
+  static Device parse(const std::string& s);  // throws Error(Usage)
+  std::string str() const;
+  bool operator==(const Device&) const = default;
+};
+
+// The ops of kernels/ops.h as a table, so plans are written once for every backend.
+struct Kernels {
+  decltype(&cpu::gemm) gemm;
+  decltype(&cpu::conv1d) conv1d;
+  decltype(&cpu::conv_transpose1d) conv_transpose1d;
+  decltype(&cpu::elu) elu;
+  decltype(&cpu::gelu_erf) gelu_erf;
+  decltype(&cpu::add_inplace) add_inplace;
+  decltype(&cpu::layer_scale_add) layer_scale_add;
+  decltype(&cpu::layer_norm) layer_norm;
+  decltype(&cpu::linear) linear;
+  decltype(&cpu::rope) rope;
+  decltype(&cpu::attention) attention;
+  decltype(&cpu::rvq_encode) rvq_encode;
+  decltype(&cpu::rvq_decode) rvq_decode;
+};
+
+// Throws Error(Device) for a backend this build lacks or a device that is not present:
+// a device that was asked for is never silently replaced.
+const Kernels& kernels_for(const Device& d);
+
+}  // namespace mimi

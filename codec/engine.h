@@ -1,0 +1,61 @@
+// The engine: a loaded model, a device, and cached plans. encode() turns 24 kHz mono PCM into
+// codes, decode() codes into PCM, exactly as the official MimiModel.encode/decode.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "codec/device.h"
+#include "codec/model.h"
+#include "codec/plan.h"
+#include "codec/plan_cache.h"
+
+namespace mimi {
+
+struct EngineOptions {
+  Device device;
+  size_t plan_cache_capacity = 4;  // 0 = no caching
+  int threads = 0;                 // CPU threads, 0 = all
+};
+
+struct Codes {
+  int n_q = 0;
+  int64_t frames = 0;
+  std::vector<int32_t> data;  // [n_q, frames], codebook 0 = semantic
+};
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<const Model> model, EngineOptions opts = {});
+
+  const Model& model() const { return *model_; }
+  const Config& config() const { return model_->cfg; }
+  const Device& device() const { return opts_.device; }
+
+  // F = ceil(T / frame_size) frames; the input is zero-padded to F * frame_size first.
+  // T = 0 and n_q outside 1..cfg.n_q throw Error(Usage).
+  Codes encode(const float* pcm, int64_t T, int n_q);
+  // Decodes with the first n_q codebooks (n_q <= codes.n_q; -1 = all of them).
+  // Returns frames * frame_size samples (no trimming).
+  std::vector<float> decode(const Codes& codes, int n_q = -1);
+
+  // The cached plans themselves (tests read their stage outputs).
+  EncodePlan& encode_plan(int64_t frames, int n_q);
+  DecodePlan& decode_plan(int64_t frames, int n_q);
+
+  PlanCache<EncodePlan>& encode_cache() { return enc_cache_; }
+  PlanCache<DecodePlan>& decode_cache() { return dec_cache_; }
+
+  static int64_t frames_for(int64_t samples, const Config& c) {
+    return (samples + c.frame_size() - 1) / c.frame_size();
+  }
+
+ private:
+  std::shared_ptr<const Model> model_;
+  EngineOptions opts_;
+  PlanCache<EncodePlan> enc_cache_;
+  PlanCache<DecodePlan> dec_cache_;
+};
+
+}  // namespace mimi

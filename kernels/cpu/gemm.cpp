@@ -1,0 +1,66 @@
+// CPU GEMM: ISA dispatch and the threaded driver.
+#include "kernels/cpu/gemm.h"
+
+#include <omp.h>
+
+#include <thread>
+
+#include "kernels/cpu/threads.h"
+#include "kernels/ops.h"
+
+namespace mimi::cpu {
+namespace {
+
+using GemmFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+                        float*, int64_t, bool);
+
+GemmFn pick_gemm() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return isa_avx512::gemm_serial;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return isa_avx2::gemm_serial;
+  return isa_base::gemm_serial;
+}
+
+int g_threads = 0;  // 0 = all hardware threads
+
+}  // namespace
+
+void set_num_threads(int n) { g_threads = n < 0 ? 0 : n; }
+
+int num_threads() {
+  if (g_threads > 0) return g_threads;
+  static const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
+  return hw;
+}
+
+void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                 int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  static const GemmFn fn = pick_gemm();
+  fn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+// Splits the larger of the two output dimensions across threads; each thread runs the
+// serial kernel on its slab (B panels are then packed per thread, which costs 1/(2*rows)
+// of the arithmetic).
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+          float* C, int64_t ldc, bool accumulate) {
+  const int64_t flops = 2 * M * N * K;
+  if (num_threads() <= 1 || flops < (1 << 20)) {
+    gemm_serial(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    return;
+  }
+  if (N >= M) {
+    const int64_t grain = std::max<int64_t>(64, (N / (4 * num_threads()) + 63) / 64 * 64);
+    parallel_for(N, grain, [&](int64_t j0, int64_t j1) {
+      gemm_serial(M, j1 - j0, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
+    });
+  } else {
+    const int64_t grain = std::max<int64_t>(6, (M / (4 * num_threads()) + 5) / 6 * 6);
+    parallel_for(M, grain, [&](int64_t i0, int64_t i1) {
+      gemm_serial(i1 - i0, N, K, A + i0 * lda, lda, B, ldb, C + i0 * ldc, ldc, accumulate);
+    });
+  }
+}
+
+
+}  // namespace mimi::cpu

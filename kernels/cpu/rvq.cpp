@@ -1,0 +1,53 @@
+// CPU residual vector quantization: per codebook one GEMM dot[bins, F] = E[bins, Q] * r[Q, F],
+// then d = sqrt(max(0, |r|^2 - 2 dot + |e|^2)) and a column argmin (ties to the lowest index).
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/threads.h"
+#include "kernels/ops.h"
+
+namespace mimi::cpu {
+
+void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
+                const float* const* codebooks, const float* const* sq_norms, int32_t* codes) {
+  std::vector<float> r(x, x + Q * F);           // residual [Q, F]
+  std::vector<float> dot(static_cast<size_t>(bins * F));     // [bins, F]
+  std::vector<float> rr(static_cast<size_t>(F));
+  for (int64_t j = 0; j < n; ++j) {
+    const float* E = codebooks[j];
+    const float* ee = sq_norms[j];
+    gemm(bins, F, Q, E, Q, r.data(), F, dot.data(), F, false);
+    std::fill(rr.begin(), rr.end(), 0.0f);
+    for (int64_t q = 0; q < Q; ++q)
+      for (int64_t f = 0; f < F; ++f) rr[f] += r[q * F + f] * r[q * F + f];
+    parallel_for(F, 16, [&](int64_t f0, int64_t f1) {
+      for (int64_t f = f0; f < f1; ++f) {
+        int32_t best = 0;
+        float best_d = 0.0f;
+        for (int64_t b = 0; b < bins; ++b) {
+          const float d = std::sqrt(std::max(0.0f, rr[f] - 2.0f * dot[b * F + f] + ee[b]));
+          if (b == 0 || d < best_d) {
+            best_d = d;
+            best = int32_t(b);
+          }
+        }
+        codes[j * F + f] = best;
+      }
+    });
+    for (int64_t q = 0; q < Q; ++q)
+      for (int64_t f = 0; f < F; ++f) r[q * F + f] -= E[codes[j * F + f] * Q + q];
+  }
+}
+
+void rvq_decode(int64_t Q, int64_t F, int64_t bins, int64_t n, const int32_t* codes,
+                const float* const* codebooks, float* y) {
+  (void)bins;
+  std::fill(y, y + Q * F, 0.0f);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t f = 0; f < F; ++f) {
+      const float* e = codebooks[j] + int64_t(codes[j * F + f]) * Q;
+      for (int64_t q = 0; q < Q; ++q) y[q * F + f] += e[q];
+    }
+}
+
+}  // namespace mimi::cpu

@@ -1,0 +1,120 @@
+// The ops Mimi is built from: one contract, two implementations.
+//
+//   mimi::ref  - naive, obviously-correct loops (kernels/ref/*.cpp). Never optimized: they are
+//                the yardstick every fast kernel is tested against.
+//   mimi::cpu  - the fast CPU backend (kernels/cpu/*.cpp).
+//
+// Every declaration below exists in both namespaces with the same signature (the macro
+// MIMI_DECLARE_OPS stamps them out), so a test can call ref:: and cpu:: side by side.
+//
+// Layout conventions (batch 1, row-major, float32):
+//   signal  [C, T]     channel-major: row c holds T consecutive time steps.
+// Pointers never alias unless a comment says so. Shapes are validated by the callers in
+// codec/ (which throw); kernels assume valid shapes.
+#pragma once
+
+#include <cstdint>
+
+namespace mimi {
+
+enum class PadMode { Zero, Replicate };
+enum class RopeLayout { Interleaved, RotateHalf };
+
+// Causal 1-D convolution (moshi StreamingConv1d, offline, non-streaming).
+//   left padding P = (K-1)*dilation + 1 - stride, no right padding;
+//   T_out = (T_in + P - ((K-1)*dilation + 1)) / stride + 1   (floor), 0 if negative.
+struct Conv1dShape {
+  int64_t in_channels = 1, out_channels = 1, kernel = 1, stride = 1, dilation = 1, groups = 1;
+  int64_t length_in = 0;
+  PadMode pad = PadMode::Zero;
+
+  int64_t span() const { return (kernel - 1) * dilation + 1; }
+  int64_t pad_left() const { return span() - stride; }
+  int64_t length_out() const {
+    const int64_t padded = length_in + pad_left();
+    return padded < span() ? 0 : (padded - span()) / stride + 1;
+  }
+};
+
+// Transposed 1-D convolution with the causal right trim of moshi StreamingConvTranspose1d:
+// the full output has (T_in-1)*stride + K samples; the last `trim_right` (= K - stride) are
+// dropped, so T_out = T_in * stride.
+struct ConvTranspose1dShape {
+  int64_t in_channels = 1, out_channels = 1, kernel = 1, stride = 1, groups = 1;
+  int64_t length_in = 0;
+
+  int64_t trim_right() const { return kernel - stride; }
+  int64_t length_out() const { return (length_in - 1) * stride + kernel - trim_right(); }
+};
+
+#define MIMI_DECLARE_OPS                                                                        \
+  /* C[M,N] = A[M,K] * B[K,N] (+ C if accumulate). Row strides lda, ldb, ldc. */                \
+  void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,      \
+            int64_t ldb, float* C, int64_t ldc, bool accumulate);                              \
+                                                                                               \
+  /* x [Cin, Tin]; w [Cout, Cin/groups, K]; bias [Cout] or nullptr; y [Cout, Tout]. */          \
+  void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias,         \
+              float* y);                                                                       \
+                                                                                               \
+  /* x [Cin, Tin]; w [Cin, Cout/groups, K]; bias [Cout] or nullptr; y [Cout, Tin*stride]. */    \
+  void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float* w,         \
+                        const float* bias, float* y);                                          \
+                                                                                               \
+  /* y = x > 0 ? x : exp(x) - 1 (alpha 1), n elements; y may equal x. */                       \
+  void elu(int64_t n, const float* x, float* y);                                               \
+                                                                                               \
+  /* y = 0.5 x (1 + erf(x / sqrt 2)), n elements; y may equal x. */                            \
+  void gelu_erf(int64_t n, const float* x, float* y);                                          \
+                                                                                               \
+  /* y += x, n elements. */                                                                    \
+  void add_inplace(int64_t n, const float* x, float* y);                                       \
+                                                                                               \
+  /* Residual with layer scale: y[c,t] += scale[c] * x[c,t]; x, y [C, T]. */                   \
+  void layer_scale_add(int64_t C, int64_t T, const float* scale, const float* x, float* y);    \
+                                                                                               \
+  /* LayerNorm over channels for every time step: x, y [C, T]; gamma, beta [C]; biased var. */ \
+  void layer_norm(int64_t C, int64_t T, const float* x, const float* gamma, const float* beta, \
+                  float eps, float* y);                                                        \
+                                                                                               \
+  /* Linear without bias in channel-major layout: y [out, T] = W [out, in] * x [in, T]. */       \
+  void linear(int64_t in, int64_t out, int64_t T, const float* W, const float* x, float* y);    \
+                                                                                               \
+  /* RoPE in place on x [H*hd, T] (rows = head-major feature, columns = time). Position of    \
+     column t is offset + t; angle_i = pos * freq_i, freq_i = exp(-ln(max_period) * 2i / hd),  \
+     all in float32 like the official code. Interleaved: pairs (2i, 2i+1); RotateHalf: pairs   \
+     (i, i + hd/2). */                                                                         \
+  void rope(int64_t H, int64_t hd, int64_t T, int64_t offset, float max_period,                \
+            RopeLayout layout, float* x);                                                      \
+                                                                                               \
+  /* Sliding-window causal attention, channel-major like every signal: q [H*hd, Tq],         \
+     k, v [H*hd, Tk], out [H*hd, Tq] (row h*hd + d = feature d of head h). Query i sits at      \
+     absolute step q_start + i, key j at k_start + j; the query sees the key iff               \
+     0 <= (q_start+i) - (k_start+j) < context. out = softmax(q.k * scale) v; a query that      \
+     sees no key gets zeros. Never materializes a Tq x Tk matrix. */                            \
+  void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start,              \
+                 int64_t k_start, int64_t context, float scale, const float* q, const float* k, \
+                 const float* v, float* out);                                                  \
+                                                                                               \
+  /* Residual vector quantization of x [Q, F] with n codebooks, each [bins, Q]               \
+     (codebooks[j]), sq_norms[j] [bins] = |e|^2. codes [n, F]. Distance in torch.cdist's      \
+     matmul form d = sqrt(max(0, |r|^2 - 2 r.e + |e|^2)); argmin, ties to the lowest index;     \
+     the residual r_{k+1} = r_k - e_{c_k}. */                                                  \
+  void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,               \
+                  const float* const* codebooks, const float* const* sq_norms, int32_t* codes); \
+                                                                                               \
+  /* Sum of codebook vectors in codebook order: y [Q, F] = sum_j codebooks[j][codes[j, f]].    \
+     Codes must be in [0, bins). */                                                             \
+  void rvq_decode(int64_t Q, int64_t F, int64_t bins, int64_t n, const int32_t* codes,         \
+                  const float* const* codebooks, float* y);
+
+namespace ref {
+MIMI_DECLARE_OPS
+}
+namespace cpu {
+MIMI_DECLARE_OPS
+// Threads used by the CPU kernels (0 = all hardware threads).
+void set_num_threads(int n);
+int num_threads();
+}  // namespace cpu
+
+}  // namespace mimi
