@@ -41,14 +41,15 @@ class PlanCache {
 
   // The plan for `key`, built with make() on a miss; most recently used moves to the front.
   Plan& get(const PlanKey& key, const std::function<std::unique_ptr<Plan>()>& make) {
-    for (auto it = entries_.begin(); it != entries_.end(); ++it)
-      if (it->first == key) {
-        ++hits_;
-        entries_.splice(entries_.begin(), entries_, it);
-        return *entries_.front().second;
-      }
+    if (capacity_ > 0)
+      for (auto it = entries_.begin(); it != entries_.end(); ++it)
+        if (it->first == key) {
+          ++hits_;
+          entries_.splice(entries_.begin(), entries_, it);
+          return *entries_.front().second;
+        }
     ++misses_;
-    if (capacity_ == 0) entries_.clear();  // off: keep only the plan being handed out
+    if (capacity_ == 0) entries_.clear();  // off: nothing is reused; the new plan lives until the next call
     entries_.emplace_front(key, make());
     trim(capacity_ == 0 ? 1 : capacity_);
     return *entries_.front().second;

@@ -1,1 +1,335 @@
+// Every fast CPU kernel against its naive reference, over table-driven shape sweeps that include
+// degenerate sizes (T = 1, T < kernel, T not a multiple of the stride, odd channel counts,
+// groups = 1 and groups = C), plus exact tests with small-integer inputs where float
+// arithmetic is exact and both must agree bit for bit.
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+
+using namespace mimi;
+
+namespace {
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) / 16777216.0f; }
+  int small_int(int lo, int hi) { return lo + int(next() % uint64_t(hi - lo + 1)); }
+};
+
+std::vector<float> random_vec(size_t n, Rng& r, float lo = -1, float hi = 1) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = r.uniform(lo, hi);
+  return v;
+}
+std::vector<float> int_vec(size_t n, Rng& r, int lo = -3, int hi = 3) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(r.small_int(lo, hi));
+  return v;
+}
+
+// |got - ref| <= rel * max|ref| + abs, elementwise
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double rel = 2e-6, double abs = 1e-6) {
+  REQUIRE(got.size() == ref.size());
+  double mx = 0;
+  for (float x : ref) mx = std::max(mx, double(std::fabs(x)));
+  const double tol = rel * mx + abs;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    if (!(d <= worst)) {
+      worst = d;
+      at = i;
+    }
+  }
+  INFO("worst |got-ref| = " << worst << " at " << at << " (tolerance " << tol << ")");
+  CHECK(worst <= tol);
+}
+
+void expect_equal(const std::vector<float>& got, const std::vector<float>& ref) {
+  REQUIRE(got.size() == ref.size());
+  size_t diffs = 0;
+  for (size_t i = 0; i < got.size(); ++i) diffs += got[i] != ref[i];
+  CHECK(diffs == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gemm: cpu vs ref") {
+  struct Case { int64_t M, N, K, pad; bool acc; };
+  const Case cases[] = {{1, 1, 1, 0, false}, {1, 1, 1, 3, true},  {7, 33, 5, 0, false},  {6, 32, 256, 1, false},
+                        {13, 100, 300, 2, true}, {1, 513, 1, 0, false}, {5, 7, 600, 0, false}, {40, 1, 17, 4, true},
+                        {97, 257, 129, 0, false}};
+  Rng r(1);
+  for (const Case& c : cases) {
+    CAPTURE(c.M); CAPTURE(c.N); CAPTURE(c.K);
+    const int64_t lda = c.K + c.pad, ldb = c.N + c.pad, ldc = c.N + c.pad;
+    for (bool integer : {false, true}) {
+      auto A = integer ? int_vec(size_t(c.M * lda), r) : random_vec(size_t(c.M * lda), r);
+      auto B = integer ? int_vec(size_t(c.K * ldb), r) : random_vec(size_t(c.K * ldb), r);
+      auto C0 = integer ? int_vec(size_t(c.M * ldc), r) : random_vec(size_t(c.M * ldc), r);
+      auto Cr = C0, Cc = C0;
+      ref::gemm(c.M, c.N, c.K, A.data(), lda, B.data(), ldb, Cr.data(), ldc, c.acc);
+      cpu::gemm(c.M, c.N, c.K, A.data(), lda, B.data(), ldb, Cc.data(), ldc, c.acc);
+      if (integer) expect_equal(Cc, Cr);
+      else expect_close(Cc, Cr, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("conv1d: cpu vs ref") {
+  struct Case { int64_t cin, cout, k, stride, dil, groups, T; PadMode pad; };
+  const Case cases[] = {
+      {1, 1, 1, 1, 1, 1, 1, PadMode::Zero},       // everything 1
+      {1, 4, 7, 1, 1, 1, 1, PadMode::Zero},       // T = 1 < kernel
+      {1, 4, 7, 1, 1, 1, 5, PadMode::Zero},       // T < kernel
+      {3, 5, 3, 1, 1, 1, 17, PadMode::Zero},      // odd channels
+      {4, 8, 8, 4, 1, 1, 37, PadMode::Zero},      // stride 4, T not a multiple
+      {5, 10, 10, 5, 1, 1, 23, PadMode::Zero},    // stride 5
+      {6, 6, 3, 1, 2, 1, 30, PadMode::Zero},      // dilation 2
+      {6, 6, 3, 1, 1, 6, 30, PadMode::Zero},      // groups = C (depthwise)
+      {4, 6, 3, 1, 1, 2, 31, PadMode::Zero},      // groups = 2
+      {8, 8, 4, 2, 1, 1, 9, PadMode::Replicate},  // the downsample conv
+      {3, 3, 4, 2, 1, 1, 1, PadMode::Replicate},  // replicate with T = 1
+      {7, 7, 4, 2, 1, 7, 12, PadMode::Replicate}, // replicate, depthwise
+      {64, 32, 3, 1, 1, 1, 600, PadMode::Zero},   // several time tiles
+      {32, 64, 1, 1, 1, 1, 300, PadMode::Zero},   // pointwise fast path
+      {6, 9, 1, 1, 1, 3, 20, PadMode::Zero},      // pointwise, grouped
+      {130, 70, 7, 1, 1, 1, 513, PadMode::Zero},  // ragged register blocks
+      {2, 3, 16, 8, 1, 1, 100, PadMode::Zero},    // kernel 2*stride, T not a multiple
+  };
+  Rng r(2);
+  for (const Case& c : cases) {
+    Conv1dShape s{c.cin, c.cout, c.k, c.stride, c.dil, c.groups, c.T, c.pad};
+    CAPTURE(c.cin); CAPTURE(c.cout); CAPTURE(c.k); CAPTURE(c.stride); CAPTURE(c.dil); CAPTURE(c.groups); CAPTURE(c.T);
+    const int64_t Tout = s.length_out();
+    if (c.T + s.pad_left() >= s.span()) CHECK(Tout == (c.T + s.pad_left() - s.span()) / c.stride + 1);
+    else CHECK(Tout == 0);  // not even one full window
+    for (bool integer : {false, true}) {
+      const size_t nx = size_t(c.cin * c.T), nw = size_t(c.cout * (c.cin / c.groups) * c.k);
+      auto x = integer ? int_vec(nx, r) : random_vec(nx, r);
+      auto w = integer ? int_vec(nw, r) : random_vec(nw, r);
+      auto b = integer ? int_vec(size_t(c.cout), r) : random_vec(size_t(c.cout), r);
+      std::vector<float> yr(size_t(c.cout * Tout)), yc(yr.size(), NAN);
+      ref::conv1d(s, x.data(), w.data(), b.data(), yr.data());
+      cpu::conv1d(s, x.data(), w.data(), b.data(), yc.data());
+      if (integer) expect_equal(yc, yr);
+      else expect_close(yc, yr, 1e-5);
+      std::vector<float> yn(yr.size(), NAN), yrn(yr.size());  // without bias
+      ref::conv1d(s, x.data(), w.data(), nullptr, yrn.data());
+      cpu::conv1d(s, x.data(), w.data(), nullptr, yn.data());
+      if (integer) expect_equal(yn, yrn);
+      else expect_close(yn, yrn, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("conv1d: hand-computed causal example") {
+  // x = [1, 2, 3], w = [1, 10, 100], zero left pad 2: y[t] = 100 x[t] + 10 x[t-1] + x[t-2]
+  const std::vector<float> x{1, 2, 3}, w{1, 10, 100};
+  std::vector<float> y(3);
+  Conv1dShape s{1, 1, 3, 1, 1, 1, 3, PadMode::Zero};
+  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data());
+  CHECK(y == std::vector<float>{100, 210, 321});
+  s.pad = PadMode::Replicate;  // padding repeats x[0] = 1
+  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data());
+  CHECK(y == std::vector<float>{111, 211, 321});
+}
+
+TEST_CASE("conv_transpose1d: cpu vs ref") {
+  struct Case { int64_t cin, cout, k, stride, groups, T; };
+  const Case cases[] = {
+      {1, 1, 1, 1, 1, 1},    {4, 2, 16, 8, 1, 1}, {4, 2, 16, 8, 1, 7},  {5, 3, 12, 6, 1, 11},
+      {6, 6, 4, 2, 6, 9},    {6, 6, 4, 2, 6, 1},  {4, 6, 4, 2, 2, 5},   {64, 32, 8, 4, 1, 1100},
+      {3, 5, 3, 3, 1, 4},    {7, 3, 10, 5, 1, 13}, {33, 33, 4, 2, 33, 50},
+  };
+  Rng r(3);
+  for (const Case& c : cases) {
+    ConvTranspose1dShape s{c.cin, c.cout, c.k, c.stride, c.groups, c.T};
+    CAPTURE(c.cin); CAPTURE(c.cout); CAPTURE(c.k); CAPTURE(c.stride); CAPTURE(c.groups); CAPTURE(c.T);
+    CHECK(s.length_out() == c.T * c.stride);
+    for (bool integer : {false, true}) {
+      const size_t nx = size_t(c.cin * c.T), nw = size_t(c.cin * (c.cout / c.groups) * c.k);
+      auto x = integer ? int_vec(nx, r) : random_vec(nx, r);
+      auto w = integer ? int_vec(nw, r) : random_vec(nw, r);
+      auto b = integer ? int_vec(size_t(c.cout), r) : random_vec(size_t(c.cout), r);
+      for (const float* bias : {static_cast<const float*>(b.data()), static_cast<const float*>(nullptr)}) {
+        std::vector<float> yr(size_t(c.cout * s.length_out())), yc(yr.size(), NAN);
+        ref::conv_transpose1d(s, x.data(), w.data(), bias, yr.data());
+        cpu::conv_transpose1d(s, x.data(), w.data(), bias, yc.data());
+        if (integer) expect_equal(yc, yr);
+        else expect_close(yc, yr, 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv_transpose1d: hand-computed example with right trim") {
+  // x = [1, 2], w = [1, 2, 3, 4], stride 2: full = [1, 2, 3+2, 4+4, 6, 8], trimmed to 4
+  const std::vector<float> x{1, 2}, w{1, 2, 3, 4};
+  std::vector<float> y(4);
+  cpu::conv_transpose1d({1, 1, 4, 2, 1, 2}, x.data(), w.data(), nullptr, y.data());
+  CHECK(y == std::vector<float>{1, 2, 5, 8});
+}
+
+TEST_CASE("elementwise: elu, gelu, add, layer scale") {
+  Rng r(4);
+  for (int64_t n : {1, 17, 100000}) {
+    CAPTURE(n);
+    auto x = random_vec(size_t(n), r, -6, 6);
+    std::vector<float> a(x.size()), b(x.size());
+    ref::elu(n, x.data(), a.data());
+    cpu::elu(n, x.data(), b.data());
+    expect_close(b, a, 0, 1e-7);
+    ref::gelu_erf(n, x.data(), a.data());
+    cpu::gelu_erf(n, x.data(), b.data());
+    expect_close(b, a, 0, 2e-6);
+    auto y0 = random_vec(size_t(n), r);
+    a = y0;
+    b = y0;
+    ref::add_inplace(n, x.data(), a.data());
+    cpu::add_inplace(n, x.data(), b.data());
+    expect_equal(b, a);
+  }
+  float v[3] = {-1.0f, 0.0f, 2.0f}, out[3];
+  cpu::elu(3, v, out);
+  CHECK(out[0] == doctest::Approx(std::expm1(-1.0)));
+  CHECK(out[1] == 0.0f);
+  CHECK(out[2] == 2.0f);
+  cpu::gelu_erf(3, v, out);
+  CHECK(out[0] == doctest::Approx(-0.15865525393145707));
+  CHECK(out[2] == doctest::Approx(1.9544997361036416));
+  for (auto [C, T] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {32, 70}}) {
+    auto s = random_vec(size_t(C), r), x = random_vec(size_t(C * T), r), y = random_vec(size_t(C * T), r);
+    auto a2 = y, b2 = y;
+    ref::layer_scale_add(C, T, s.data(), x.data(), a2.data());
+    cpu::layer_scale_add(C, T, s.data(), x.data(), b2.data());
+    expect_equal(b2, a2);
+  }
+}
+
+TEST_CASE("layer_norm: cpu vs ref") {
+  Rng r(5);
+  for (auto [C, T] : {std::pair<int64_t, int64_t>{1, 1}, {1, 7}, {5, 1}, {32, 70}, {512, 3}, {17, 200}}) {
+    CAPTURE(C); CAPTURE(T);
+    auto x = random_vec(size_t(C * T), r, -3, 3), g = random_vec(size_t(C), r), b = random_vec(size_t(C), r);
+    std::vector<float> yr(x.size()), yc(x.size());
+    ref::layer_norm(C, T, x.data(), g.data(), b.data(), 1e-5f, yr.data());
+    cpu::layer_norm(C, T, x.data(), g.data(), b.data(), 1e-5f, yc.data());
+    expect_close(yc, yr, 1e-5, 1e-6);
+  }
+}
+
+TEST_CASE("linear: cpu vs ref") {
+  Rng r(6);
+  struct Case { int64_t in, out, T; };
+  for (auto [in, out, T] : {Case{1, 1, 1}, Case{32, 96, 54}, Case{64, 32, 1}, Case{513, 7, 33}}) {
+    CAPTURE(in); CAPTURE(out); CAPTURE(T);
+    auto W = random_vec(size_t(in * out), r), x = random_vec(size_t(in * T), r);
+    std::vector<float> yr(size_t(out * T)), yc(yr.size());
+    ref::linear(in, out, T, W.data(), x.data(), yr.data());
+    cpu::linear(in, out, T, W.data(), x.data(), yc.data());
+    expect_close(yc, yr, 1e-5);
+  }
+}
+
+TEST_CASE("rope: cpu vs ref, both layouts") {
+  Rng r(7);
+  struct Case { int64_t H, hd, T, offset; };
+  for (const Case& c : {Case{1, 2, 1, 0}, Case{4, 8, 17, 0}, Case{8, 64, 100, 250}, Case{3, 6, 5, 7}})
+    for (RopeLayout layout : {RopeLayout::Interleaved, RopeLayout::RotateHalf}) {
+      CAPTURE(c.H); CAPTURE(c.hd); CAPTURE(c.T); CAPTURE(c.offset);
+      auto x = random_vec(size_t(c.H * c.hd * c.T), r);
+      auto a = x, b = x;
+      ref::rope(c.H, c.hd, c.T, c.offset, 10000.0f, layout, a.data());
+      cpu::rope(c.H, c.hd, c.T, c.offset, 10000.0f, layout, b.data());
+      expect_close(b, a, 1e-6, 1e-7);
+    }
+  // position 0 is the identity; the two layouts agree once their pairs are mapped onto each other
+  std::vector<float> x{1, 2, 3, 4};  // H=1, hd=4, T=1
+  auto y = x;
+  cpu::rope(1, 4, 1, 0, 10000.0f, RopeLayout::Interleaved, y.data());
+  CHECK(y == x);
+  std::vector<float> inter(8), half(8);  // hd = 4, T = 2: rows (0,1),(2,3) vs (0,2),(1,3)
+  auto xi = random_vec(8, r);
+  inter = xi;
+  const int perm[4] = {0, 2, 1, 3};  // interleaved row -> rotate-half row
+  for (int row = 0; row < 4; ++row)
+    for (int t = 0; t < 2; ++t) half[size_t(perm[row] * 2 + t)] = xi[size_t(row * 2 + t)];
+  cpu::rope(1, 4, 2, 3, 10000.0f, RopeLayout::Interleaved, inter.data());
+  cpu::rope(1, 4, 2, 3, 10000.0f, RopeLayout::RotateHalf, half.data());
+  for (int row = 0; row < 4; ++row)
+    for (int t = 0; t < 2; ++t) CHECK(half[size_t(perm[row] * 2 + t)] == inter[size_t(row * 2 + t)]);
+}
+
+TEST_CASE("attention: cpu vs ref, windows and offsets") {
+  Rng r(8);
+  struct Case { int64_t H, Tq, Tk, hd, q_start, k_start, context; };
+  const Case cases[] = {
+      {1, 1, 1, 2, 0, 0, 1},      {2, 17, 17, 8, 0, 0, 5},   {4, 40, 40, 16, 0, 0, 250},
+      {2, 10, 25, 4, 15, 0, 5},   {3, 5, 5, 6, 0, 0, 1},     {1, 4, 4, 2, 0, 10, 3},  // sees nothing
+      {8, 300, 300, 64, 0, 0, 250}, {2, 2, 6, 4, 4, 0, 250},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.H); CAPTURE(c.Tq); CAPTURE(c.Tk); CAPTURE(c.context); CAPTURE(c.q_start); CAPTURE(c.k_start);
+    auto q = random_vec(size_t(c.H * c.hd * c.Tq), r, -2, 2);
+    auto k = random_vec(size_t(c.H * c.hd * c.Tk), r, -2, 2);
+    auto v = random_vec(size_t(c.H * c.hd * c.Tk), r);
+    std::vector<float> a(q.size()), b(q.size(), NAN);
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+    ref::attention(c.H, c.Tq, c.Tk, c.hd, c.q_start, c.k_start, c.context, scale, q.data(), k.data(), v.data(), a.data());
+    cpu::attention(c.H, c.Tq, c.Tk, c.hd, c.q_start, c.k_start, c.context, scale, q.data(), k.data(), v.data(), b.data());
+    expect_close(b, a, 1e-5, 1e-6);
+  }
+  // context 1: each query sees only itself, so the output is v
+  auto q = random_vec(12, r), k = random_vec(12, r), v = random_vec(12, r);
+  std::vector<float> o(12);
+  cpu::attention(2, 3, 3, 2, 0, 0, 1, 1.0f, q.data(), k.data(), v.data(), o.data());
+  expect_close(o, v, 0, 1e-7);
+}
+
+TEST_CASE("rvq: encode and decode, cpu vs ref") {
+  Rng r(9);
+  struct Case { int64_t Q, F, bins, n; };
+  for (const Case& c : {Case{1, 1, 1, 1}, Case{4, 7, 5, 3}, Case{16, 27, 64, 7}, Case{32, 9, 300, 4}, Case{3, 1, 2, 1}}) {
+    CAPTURE(c.Q); CAPTURE(c.F); CAPTURE(c.bins); CAPTURE(c.n);
+    for (bool integer : {false, true}) {
+      std::vector<std::vector<float>> books, norms;
+      std::vector<const float*> bp, np;
+      for (int64_t j = 0; j < c.n; ++j) {
+        books.push_back(integer ? int_vec(size_t(c.bins * c.Q), r) : random_vec(size_t(c.bins * c.Q), r));
+        if (integer && c.bins > 1)  // an exact tie: row 1 duplicates row 0 -> must pick the lower index
+          std::copy(books.back().begin(), books.back().begin() + c.Q, books.back().begin() + c.Q);
+        std::vector<float> nn(size_t(c.bins));
+        for (int64_t b = 0; b < c.bins; ++b)
+          for (int64_t q = 0; q < c.Q; ++q) nn[size_t(b)] += books.back()[size_t(b * c.Q + q)] * books.back()[size_t(b * c.Q + q)];
+        norms.push_back(nn);
+      }
+      for (auto& b : books) bp.push_back(b.data());
+      for (auto& n : norms) np.push_back(n.data());
+      auto x = integer ? int_vec(size_t(c.Q * c.F), r) : random_vec(size_t(c.Q * c.F), r);
+      std::vector<int32_t> cr(size_t(c.n * c.F)), cc(cr.size(), -1);
+      ref::rvq_encode(c.Q, c.F, c.bins, c.n, x.data(), bp.data(), np.data(), cr.data());
+      cpu::rvq_encode(c.Q, c.F, c.bins, c.n, x.data(), bp.data(), np.data(), cc.data());
+      CHECK(cc == cr);
+      if (integer && c.bins > 1)
+        for (int32_t code : cc) CHECK(code != 1);  // row 1 ties with row 0, which wins
+      std::vector<float> yr(size_t(c.Q * c.F)), yc(yr.size(), NAN);
+      ref::rvq_decode(c.Q, c.F, c.bins, c.n, cr.data(), bp.data(), yr.data());
+      cpu::rvq_decode(c.Q, c.F, c.bins, c.n, cr.data(), bp.data(), yc.data());
+      expect_equal(yc, yr);
+    }
+  }
+}

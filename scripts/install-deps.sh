@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs the build dependencies from Debian 12 (needs root or sudo).
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config libcli11-dev libsndfile1-dev libsoxr-dev
+          libspdlog-dev nlohmann-json3-dev doctest-dev)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -eq 0 ]; then echo "install-deps: all packages present"; exit 0; fi
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}"
