@@ -1,2 +1,140 @@
-#include <cstdio>
-int main() { std::puts("mimi"); return 0; }
+// mimi: Kyutai's Mimi neural audio codec on the command line.
+// Argument parsing and error reporting; the work is in commands.cpp.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "app/commands.h"
+#include "codec/error.h"
+
+using namespace mimi;
+using namespace mimi::app;
+
+namespace {
+
+const char* kExitCodes =
+    "Exit codes: 0 ok, 2 usage error, 3 unreadable or malformed input, 4 weights/config missing, bad or\n"
+    "mismatched, 5 output not written (exists without --force, or I/O error), 6 device not available,\n"
+    "70 internal error. With several inputs, a failing input is reported and the rest still run; the\n"
+    "exit code is that of the first failure.";
+
+void add_common(CLI::App* sub, Common& c) {
+  sub->add_option("--weights", c.weights, "Weights: model.safetensors (kyutai/mimi) or moshi's tokenizer checkpoint, "
+                                          "or a directory holding one [default: $MIMI_WEIGHTS, then the HF cache]");
+  sub->add_option("--config", c.config, "Model config JSON (HF MimiConfig or moshi style) [default: config.json "
+                                        "beside the weights, else the official Mimi]");
+  sub->add_option("--device", c.device, "cpu, cuda[:i] or hip[:i] (ref = the slow naive kernels)")->capture_default_str();
+  sub->add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_flag("--json", c.json, "One JSON object per processed file on stdout");
+  sub->add_flag("-q,--quiet", c.quiet, "Only errors on stderr");
+  sub->add_flag("-v,--verbose", c.verbose, "More detail on stderr (repeat for more)");
+  sub->add_flag("-f,--force", c.force, "Overwrite existing outputs");
+}
+
+void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
+  sub->add_option("--sample-format", d.sample_format, "Output samples: s16, s24 or f32")
+      ->check(CLI::IsMember({"s16", "s24", "f32"}))
+      ->capture_default_str();
+  sub->add_option("--sample-rate", d.sample_rate,
+                  "Resample the output to HZ, or 'source' for the rate recorded in the token file [default: 24000]");
+  sub->add_flag("--no-trim", d.no_trim, "Keep the padding of the last frame instead of trimming to the original length");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto logger = spdlog::stderr_color_mt("mimi");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("mimi: %^%l%$: %v");
+
+  CLI::App app{"mimi " MIMI_VERSION ": Kyutai's Mimi neural audio codec (24 kHz mono audio <-> 12.5 Hz tokens).\n"
+               "Data goes to stdout or files, status to stderr.",
+               "mimi"};
+  app.set_version_flag("--version", MIMI_VERSION);
+  app.footer(kExitCodes);
+  app.require_subcommand(1);
+  Common common;
+  EncodeOptions enc;
+  DecodeOptions dec, rt;
+  ConvertOptions conv;
+  std::vector<std::string> info_files;
+  std::string gw_config = "tiny", gw_dialect = "hf", gw_out;
+  uint64_t gw_seed = 1;
+
+  CLI::App* e = app.add_subcommand("encode", "Audio files -> token files");
+  e->add_option("inputs", enc.inputs, "Audio files (WAV, FLAC, OGG, ... any rate, any channels); - for stdin")->required();
+  e->add_option("-o,--output", enc.out, "Output file, DIR/ for one file per input, or - for stdout [default: beside each input]");
+  e->add_option("--n-q", enc.n_q, "Codebooks to keep (1 semantic + N-1 acoustic), 1..32")->capture_default_str()->check(CLI::Range(1, 32));
+  e->add_option("--format", enc.format, "Token format: mimi, npy, safetensors, text [default: by output extension, else mimi]")
+      ->check(CLI::IsMember({"mimi", "npy", "safetensors", "text", "txt"}));
+  e->add_flag("--split-channels", enc.split_channels,
+              "Encode each channel separately (outputs <stem>.ch<i>.<ext>); by default channels are averaged to mono");
+  add_common(e, common);
+  e->footer("Input is downmixed to mono (channel average) and resampled to 24 kHz with soxr (very high quality);\n"
+            "24 kHz input passes through untouched.");
+
+  CLI::App* d = app.add_subcommand("decode", "Token files -> audio files");
+  d->add_option("inputs", dec.inputs, "Token files (.mimi, .npy, .safetensors, .txt); - for stdin")->required();
+  d->add_option("-o,--output", dec.out, "Output file (.wav, .flac, .ogg), DIR/, or - for stdout [default: beside each input, .wav]");
+  d->add_option("--n-q", dec.n_q, "Decode with the first N codebooks [default: all in the file]")->check(CLI::Range(1, 32));
+  d->add_flag("--recover", dec.recover, "Decode the good prefix of a damaged or truncated .mimi file");
+  d->add_flag("--allow-weights-mismatch", dec.allow_weights_mismatch, "Decode tokens made with other weights (warns)");
+  add_decode_outputs(d, dec);
+  add_common(d, common);
+
+  CLI::App* r = app.add_subcommand("roundtrip", "Audio -> tokens -> audio (hear what the codec keeps)");
+  r->add_option("inputs", rt.inputs, "Audio files; - for stdin")->required();
+  r->add_option("-o,--output", rt.out, "Output file, DIR/, or - [default: beside each input, <stem>.roundtrip.wav]");
+  r->add_option("--n-q", rt.n_q, "Codebooks, 1..32 [default: 8]")->check(CLI::Range(1, 32));
+  add_decode_outputs(r, rt);
+  add_common(r, common);
+
+  CLI::App* i = app.add_subcommand("info", "Describe token files or weights files, as JSON");
+  i->add_option("files", info_files, "Token or weights files")->required();
+  add_common(i, common);
+
+  CLI::App* c = app.add_subcommand("convert", "Convert a token file to another token format (lossless)");
+  c->add_option("input", conv.input, "Token file")->required();
+  c->add_option("-o,--output", conv.out, "Output token file (format from its extension) or -")->required();
+  c->add_option("--format", conv.format, "mimi, npy, safetensors, text [default: by output extension]")
+      ->check(CLI::IsMember({"mimi", "npy", "safetensors", "text", "txt"}));
+  c->add_flag("--recover", conv.recover, "Convert the good prefix of a damaged .mimi file");
+  add_common(c, common);
+
+  CLI::App* g = app.add_subcommand("gen-weights", "Write the deterministic PRNG test weights (WEIGHTS_SPEC.md)");
+  g->add_option("--config", gw_config, "tiny, tiny-window or full")->capture_default_str();
+  g->add_option("--dialect", gw_dialect, "moshi or hf")->capture_default_str();
+  g->add_option("--seed", gw_seed, "PRNG seed")->capture_default_str();
+  g->add_option("-o,--output", gw_out, "Output .safetensors")->required();
+  g->add_flag("-f,--force", common.force, "Overwrite");
+  g->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
+  g->group("Developer");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    const int rc = app.exit(err);
+    return rc == 0 ? kOk : kUsage;
+  }
+  if (common.quiet) spdlog::set_level(spdlog::level::err);
+  else if (common.verbose >= 1) spdlog::set_level(spdlog::level::debug);
+
+  App runner(common);
+  try {
+    if (*e) return runner.encode(enc);
+    if (*d) return runner.decode(dec);
+    if (*r) return runner.roundtrip(rt);
+    if (*i) return runner.info(info_files);
+    if (*c) return runner.convert(conv);
+    if (*g) return runner.gen_weights(gw_config, gw_dialect, gw_seed, gw_out);
+  } catch (const Error& err) {
+    spdlog::error("{}", err.what());
+    return exit_code_for(err.kind());
+  } catch (const std::exception& err) {
+    spdlog::error("internal error: {}", err.what());
+    return kInternal;
+  }
+  return kUsage;
+}

@@ -93,7 +93,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& what) {
       get(j, "sliding_window", c.context);
       get(j, "norm_eps", c.norm_eps);
       if (j.contains("rope_parameters") && j["rope_parameters"].contains("rope_theta"))
-        c.max_period = j["rope_parameters"]["rope_theta"].get<float>();
+        c.max_period = j["rope_parameters"]["rope_theta"].get<double>();
       else
         get(j, "rope_theta", c.max_period);
       get(j, "codebook_dim", c.q_dimension);

@@ -23,8 +23,8 @@ struct Config {
   // transformers (encoder and decoder share the shape)
   int d_model = 512, num_heads = 8, num_layers = 8, dim_feedforward = 2048;
   int context = 250;
-  float max_period = 10000.0f;
-  float norm_eps = 1e-5f;
+  double max_period = 10000.0;
+  double norm_eps = 1e-5;
   // split RVQ
   int q_dimension = 256, n_q = 32, bins = 2048, n_q_semantic = 1;
 

@@ -60,14 +60,14 @@ void run_transformer(const Kernels& k, const Config& c, const std::vector<Transf
   float* kk = q + D * T;
   float* v = kk + D * T;
   for (const TransformerLayer& L : layers) {
-    k.layer_norm(D, T, x, L.norm1_w.data, L.norm1_b.data, c.norm_eps, s.h.ptr());
+    k.layer_norm(D, T, x, L.norm1_w.data, L.norm1_b.data, float(c.norm_eps), s.h.ptr());
     k.linear(D, 3 * D, T, L.in_proj.data, s.h.ptr(), s.qkv.ptr());
-    k.rope(H, hd, T, 0, c.max_period, RopeLayout::Interleaved, q);
-    k.rope(H, hd, T, 0, c.max_period, RopeLayout::Interleaved, kk);
+    k.rope(H, hd, T, 0, float(c.max_period), RopeLayout::Interleaved, q);
+    k.rope(H, hd, T, 0, float(c.max_period), RopeLayout::Interleaved, kk);
     k.attention(H, T, T, hd, 0, 0, c.context, scale, q, kk, v, s.o.ptr());
     k.linear(D, D, T, L.out_proj.data, s.o.ptr(), s.h.ptr());
     k.layer_scale_add(D, T, L.scale1.data, s.h.ptr(), x);
-    k.layer_norm(D, T, x, L.norm2_w.data, L.norm2_b.data, c.norm_eps, s.h.ptr());
+    k.layer_norm(D, T, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
     k.linear(D, FF, T, L.linear1.data, s.h.ptr(), s.ff.ptr());
     k.gelu_erf(FF * T, s.ff.ptr(), s.ff.ptr());
     k.linear(FF, D, T, L.linear2.data, s.ff.ptr(), s.o.ptr());

@@ -1,0 +1,147 @@
+#include "app/audio_io.h"
+
+#include <sndfile.h>
+#include <soxr.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "codec/error.h"
+
+namespace mimi::app {
+namespace {
+
+// libsndfile virtual I/O over a byte vector (read-only view or growable output).
+struct MemFile {
+  const std::vector<uint8_t>* in = nullptr;
+  std::vector<uint8_t>* out = nullptr;
+  sf_count_t pos = 0;
+  sf_count_t size() const { return sf_count_t(in ? in->size() : out->size()); }
+};
+
+sf_count_t vio_len(void* u) { return static_cast<MemFile*>(u)->size(); }
+sf_count_t vio_seek(sf_count_t off, int whence, void* u) {
+  auto* m = static_cast<MemFile*>(u);
+  sf_count_t p = whence == SEEK_SET ? off : whence == SEEK_CUR ? m->pos + off : m->size() + off;
+  if (p < 0) return -1;
+  m->pos = p;
+  return p;
+}
+sf_count_t vio_read(void* dst, sf_count_t n, void* u) {
+  auto* m = static_cast<MemFile*>(u);
+  if (!m->in) return 0;
+  const sf_count_t k = std::max<sf_count_t>(0, std::min(n, m->size() - m->pos));
+  if (k > 0) std::memcpy(dst, m->in->data() + m->pos, size_t(k));
+  m->pos += k;
+  return k;
+}
+sf_count_t vio_write(const void* src, sf_count_t n, void* u) {
+  auto* m = static_cast<MemFile*>(u);
+  if (!m->out) return 0;
+  if (size_t(m->pos + n) > m->out->size()) m->out->resize(size_t(m->pos + n));
+  std::memcpy(m->out->data() + m->pos, src, size_t(n));
+  m->pos += n;
+  return n;
+}
+sf_count_t vio_tell(void* u) { return static_cast<MemFile*>(u)->pos; }
+
+SF_VIRTUAL_IO vio() { return SF_VIRTUAL_IO{vio_len, vio_seek, vio_read, vio_write, vio_tell}; }
+
+}  // namespace
+
+Audio read_audio(const std::vector<uint8_t>& bytes, const std::string& what) {
+  MemFile m;
+  m.in = &bytes;
+  SF_INFO info{};
+  SF_VIRTUAL_IO io = vio();
+  SNDFILE* f = sf_open_virtual(&io, SFM_READ, &info, &m);
+  if (!f) throw Error(ErrorKind::Input, what + ": cannot read audio: " + sf_strerror(nullptr));
+  Audio a;
+  a.sample_rate = info.samplerate;
+  a.channels = info.channels;
+  if (a.sample_rate <= 0 || a.channels <= 0) {
+    sf_close(f);
+    throw Error(ErrorKind::Input, what + ": bad sample rate or channel count");
+  }
+  // frames may be unknown (SF_COUNT_MAX) for streamed headers: read until the end
+  std::vector<float> buf(size_t(4096) * size_t(a.channels));
+  while (true) {
+    const sf_count_t got = sf_readf_float(f, buf.data(), 4096);
+    if (got <= 0) break;
+    a.interleaved.insert(a.interleaved.end(), buf.begin(), buf.begin() + got * a.channels);
+  }
+  sf_close(f);
+  a.frames = int64_t(a.interleaved.size()) / a.channels;
+  return a;
+}
+
+std::vector<float> downmix(const Audio& a) {
+  if (a.channels == 1) return a.interleaved;
+  std::vector<float> m(size_t(a.frames));
+  for (int64_t i = 0; i < a.frames; ++i) {
+    float s = 0.0f;
+    for (int c = 0; c < a.channels; ++c) s += a.interleaved[size_t(i * a.channels + c)];
+    m[size_t(i)] = s / float(a.channels);
+  }
+  return m;
+}
+
+std::vector<float> channel_of(const Audio& a, int channel) {
+  std::vector<float> m(size_t(a.frames));
+  for (int64_t i = 0; i < a.frames; ++i) m[size_t(i)] = a.interleaved[size_t(i * a.channels + channel)];
+  return m;
+}
+
+std::vector<float> resample(const std::vector<float>& x, int from, int to) {
+  if (from == to || x.empty()) return x;
+  const size_t out_len = size_t((double(x.size()) * to + from / 2) / from);  // rounded
+  std::vector<float> y(out_len + 16);
+  size_t done = 0;
+  const soxr_quality_spec_t q = soxr_quality_spec(SOXR_VHQ, 0);
+  const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+  soxr_error_t err = soxr_oneshot(double(from), double(to), 1, x.data(), x.size(), nullptr, y.data(), y.size(),
+                                  &done, &io, &q, nullptr);
+  if (err) throw Error(ErrorKind::Input, std::string("resampling failed: ") + err);
+  y.resize(std::min(done, out_len));
+  y.resize(out_len, 0.0f);
+  return y;
+}
+
+AudioContainer container_for(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+  if (ext == ".flac") return AudioContainer::Flac;
+  if (ext == ".ogg" || ext == ".oga") return AudioContainer::Ogg;
+  return AudioContainer::Wav;
+}
+
+std::vector<uint8_t> write_audio(const std::vector<float>& mono, int sample_rate, SampleFormat fmt,
+                                 AudioContainer container) {
+  SF_INFO info{};
+  info.samplerate = sample_rate;
+  info.channels = 1;
+  int sub = fmt == SampleFormat::S16 ? SF_FORMAT_PCM_16 : fmt == SampleFormat::S24 ? SF_FORMAT_PCM_24 : SF_FORMAT_FLOAT;
+  int major = SF_FORMAT_WAV;
+  if (container == AudioContainer::Flac) {
+    major = SF_FORMAT_FLAC;
+    if (fmt == SampleFormat::F32) throw Error(ErrorKind::Usage, "FLAC cannot hold float samples (use s16 or s24)");
+  } else if (container == AudioContainer::Ogg) {
+    major = SF_FORMAT_OGG;
+    sub = SF_FORMAT_VORBIS;
+  }
+  info.format = major | sub;
+  std::vector<uint8_t> out;
+  MemFile m;
+  m.out = &out;
+  SF_VIRTUAL_IO io = vio();
+  SNDFILE* f = sf_open_virtual(&io, SFM_WRITE, &info, &m);
+  if (!f) throw Error(ErrorKind::Output, std::string("cannot encode audio: ") + sf_strerror(nullptr));
+  if (fmt != SampleFormat::F32) sf_command(f, SFC_SET_CLIPPING, nullptr, SF_TRUE);  // clip, don't wrap
+  const sf_count_t n = sf_writef_float(f, mono.data(), sf_count_t(mono.size()));
+  sf_close(f);
+  if (n != sf_count_t(mono.size())) throw Error(ErrorKind::Output, "audio encoding wrote fewer samples than asked");
+  return out;
+}
+
+}  // namespace mimi::app

@@ -1,0 +1,374 @@
+#include "app/commands.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/file_io.h"
+#include "app/weights_locate.h"
+#include "codec/error.h"
+#include "codec/test_weights.h"
+#include "codec/weights.h"
+
+namespace mimi::app {
+namespace fs = std::filesystem;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+SampleFormat parse_sample_format(const std::string& s) {
+  if (s == "s16") return SampleFormat::S16;
+  if (s == "s24") return SampleFormat::S24;
+  if (s == "f32") return SampleFormat::F32;
+  throw Error(ErrorKind::Usage, "--sample-format must be s16, s24 or f32, got '" + s + "'");
+}
+
+TokenFormat token_format_for(const std::string& flag, const std::string& out_path) {
+  if (!flag.empty()) {
+    auto f = parse_format(flag);
+    if (!f) throw Error(ErrorKind::Usage, "--format must be mimi, npy, safetensors or text, got '" + flag + "'");
+    return *f;
+  }
+  if (out_path != "-" && !is_directory_target(out_path))
+    if (auto f = format_from_extension(out_path)) return *f;
+  return TokenFormat::Mimi;
+}
+
+TokenFile read_token_input(const std::string& path, bool recover) {
+  const std::vector<uint8_t> bytes = read_input(path);
+  std::optional<TokenFormat> f = path == "-" ? std::nullopt : format_from_extension(path);
+  if (!f) f = sniff_format(bytes);
+  if (!f) throw Error(ErrorKind::Input, path + ": unknown token file format (use .mimi, .npy, .safetensors or .txt)");
+  TokenFile t = read_tokens(bytes, *f, path, recover);
+  if (!t.complete) spdlog::warn("{}: {}; using the {} good frames", path, t.damage, t.codes.frames);
+  return t;
+}
+
+}  // namespace
+
+int exit_code_for(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::Usage: return kUsage;
+    case ErrorKind::Input: return kInputError;
+    case ErrorKind::Weights: return kWeightsError;
+    case ErrorKind::Output: return kOutputError;
+    case ErrorKind::Device: return kDeviceError;
+    case ErrorKind::Internal: return kInternal;
+  }
+  return kInternal;
+}
+
+Engine& App::engine() {
+  if (engine_) return *engine_;
+  const double t0 = now();
+  const std::string path = locate_weights(common_.weights);
+  LoadOptions lo;
+  if (!common_.config.empty()) lo.config_path = common_.config;
+  std::string origin;
+  resolve_config(path, lo, &origin);
+  auto model = load_model(path, lo);
+  EngineOptions eo;
+  eo.device = Device::parse(common_.device);
+  eo.threads = common_.threads;
+  engine_ = std::make_unique<Engine>(model, eo);
+  load_seconds_ = now() - t0;
+  spdlog::debug("weights {} ({} dialect, config from {}, fingerprint {}) loaded in {:.2f} s", path,
+                dialect_name(model->dialect), origin, model->fingerprint, load_seconds_);
+  return *engine_;
+}
+
+void App::emit(const nlohmann::json& record) {
+  if (common_.json) std::cout << record.dump() << std::endl;
+}
+
+int App::run_each(const std::vector<std::string>& inputs, const std::string& out,
+                  const std::function<void(const std::string&)>& one) {
+  if (inputs.size() > 1 && !out.empty() && !is_directory_target(out))
+    throw Error(ErrorKind::Usage, "-o must be a directory (ending in '/') when there are several inputs");
+  if (std::count(inputs.begin(), inputs.end(), std::string("-")) > 0 && inputs.size() > 1)
+    throw Error(ErrorKind::Usage, "'-' (stdin) can only be the single input");
+  if (out == "-" && common_.json) throw Error(ErrorKind::Usage, "--json cannot share stdout with -o -");
+  if (is_directory_target(out)) fs::create_directories(out);
+  int code = kOk;
+  size_t failed = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& in = inputs[i];
+    if (inputs.size() > 1) spdlog::debug("[{}/{}] {}", i + 1, inputs.size(), in);
+    try {
+      one(in);
+    } catch (const Error& e) {
+      // weights and devices fail the same way for every input: stop now
+      if (e.kind() == ErrorKind::Weights && !engine_) throw;
+      if (e.kind() == ErrorKind::Device || e.kind() == ErrorKind::Usage) throw;
+      spdlog::error("{}", e.what());
+      emit({{"input", in}, {"status", "error"}, {"error", e.what()}});
+      if (code == kOk) code = exit_code_for(e.kind());
+      ++failed;
+    }
+  }
+  if (failed && inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, inputs.size());
+  return code;
+}
+
+int App::encode(const EncodeOptions& o) {
+  return run_each(o.inputs, o.out, [&](const std::string& in) {
+    const double t0 = now();
+    const Audio audio = read_audio(read_input(in), in);
+    if (audio.frames == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
+    Engine& eng = engine();
+    const int rate = eng.config().sample_rate;
+    std::vector<int> channels = {-1};  // -1 = downmix
+    if (o.split_channels) {
+      channels.clear();
+      for (int c = 0; c < audio.channels; ++c) channels.push_back(c);
+    }
+    for (int ch : channels) {
+      const std::vector<float> pcm = resample(ch < 0 ? downmix(audio) : channel_of(audio, ch), audio.sample_rate, rate);
+      const double c0 = now();
+      TokenFile t;
+      t.codes = eng.encode(pcm.data(), int64_t(pcm.size()), o.n_q);
+      const double compute = now() - c0;
+      t.meta.sample_rate = rate;
+      t.meta.frame_rate = eng.config().frame_rate;
+      t.meta.codebook_size = eng.config().bins;
+      t.meta.original_samples = int64_t(pcm.size());
+      t.meta.source_sample_rate = audio.sample_rate;
+      t.meta.source_channels = audio.channels;
+      if (ch >= 0) t.meta.channel = ch;
+      t.meta.weights_fingerprint = eng.model().fingerprint;
+      t.meta.tool_version = MIMI_VERSION;
+      const TokenFormat fmt = token_format_for(o.format, o.out);
+      std::string ext = format_extension(fmt);
+      if (ch >= 0) ext = ".ch" + std::to_string(ch) + ext;
+      std::string path = output_path(in, o.out, ext);
+      if (ch >= 0 && !o.out.empty() && o.out != "-" && !is_directory_target(o.out))
+        path = (fs::path(o.out).parent_path() / (fs::path(o.out).stem().string() + ext)).string();
+      if (ch >= 0 && path == "-" && channels.size() > 1)
+        throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
+      const std::vector<uint8_t> bytes = write_tokens(t, fmt);
+      write_output(path, bytes, common_.force);
+      const double seconds = double(pcm.size()) / rate;
+      spdlog::info("{} -> {}: {:.2f} s, {} frames x {} codebooks, {:.0f} bit/s, {:.1f}x real time", in, path, seconds,
+                   t.codes.frames, t.codes.n_q, 8.0 * double(bytes.size()) / seconds, seconds / compute);
+      emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},
+            {"n_q", t.codes.n_q}, {"format", format_name(fmt)}, {"bytes", bytes.size()},
+            {"bitrate", 8.0 * double(bytes.size()) / seconds}, {"wall_s", now() - t0}, {"load_s", load_seconds_},
+            {"compute_s", compute}, {"rtf", seconds / compute}});
+    }
+  });
+}
+
+namespace {
+
+// Token file -> audio bytes, shared by decode and roundtrip.
+struct Decoded {
+  std::vector<float> pcm;
+  int rate = 0;
+  double compute = 0;
+};
+
+Decoded decode_tokens(Engine& eng, const TokenFile& t, const DecodeOptions& o, int n_q_default, bool allow_mismatch,
+                      const std::string& what) {
+  const Config& c = eng.config();
+  if (t.meta.codebook_size != c.bins && !t.meta.weights_fingerprint.empty())
+    throw Error(ErrorKind::Input, what + ": codebook size " + std::to_string(t.meta.codebook_size) +
+                                      " does not match the model's " + std::to_string(c.bins));
+  if (t.meta.sample_rate != c.sample_rate)
+    throw Error(ErrorKind::Input, what + ": made for " + std::to_string(t.meta.sample_rate) + " Hz, the model runs at " +
+                                      std::to_string(c.sample_rate));
+  if (!t.meta.weights_fingerprint.empty() && t.meta.weights_fingerprint != eng.model().fingerprint) {
+    if (!allow_mismatch)
+      throw Error(ErrorKind::Weights, what + ": made with other weights (fingerprint " + t.meta.weights_fingerprint +
+                                          ", loaded " + eng.model().fingerprint +
+                                          "); pass --allow-weights-mismatch to decode anyway");
+    spdlog::warn("{}: made with other weights (fingerprint {}), decoding anyway", what, t.meta.weights_fingerprint);
+  }
+  int n_q = o.n_q > 0 ? o.n_q : std::min(n_q_default > 0 ? n_q_default : t.codes.n_q, t.codes.n_q);
+  if (n_q > t.codes.n_q)
+    throw Error(ErrorKind::Usage, what + ": --n-q " + std::to_string(n_q) + " but the file holds " +
+                                      std::to_string(t.codes.n_q) + " codebooks");
+  if (t.codes.n_q > c.n_q)
+    throw Error(ErrorKind::Input, what + ": " + std::to_string(t.codes.n_q) + " codebooks, the model has " +
+                                      std::to_string(c.n_q));
+  Decoded d;
+  const double c0 = now();
+  d.pcm = eng.decode(t.codes, n_q);
+  d.compute = now() - c0;
+  if (!o.no_trim && t.meta.original_samples && *t.meta.original_samples < int64_t(d.pcm.size()))
+    d.pcm.resize(size_t(*t.meta.original_samples));
+  d.rate = c.sample_rate;
+  if (!o.sample_rate.empty()) {
+    int to = 0;
+    if (o.sample_rate == "source") {
+      if (!t.meta.source_sample_rate) throw Error(ErrorKind::Input, what + ": the token file does not record the source rate");
+      to = *t.meta.source_sample_rate;
+    } else {
+      try {
+        to = std::stoi(o.sample_rate);
+      } catch (...) {
+      }
+      if (to < 1000 || to > 768000)
+        throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz or 'source', got '" + o.sample_rate + "'");
+    }
+    d.pcm = resample(d.pcm, c.sample_rate, to);
+    d.rate = to;
+  }
+  return d;
+}
+
+}  // namespace
+
+int App::decode(const DecodeOptions& o) {
+  const SampleFormat sf = parse_sample_format(o.sample_format);
+  return run_each(o.inputs, o.out, [&](const std::string& in) {
+    const double t0 = now();
+    const TokenFile t = read_token_input(in, o.recover);
+    Engine& eng = engine();
+    const Decoded d = decode_tokens(eng, t, o, -1, o.allow_weights_mismatch, in);
+    const std::string path = output_path(in, o.out, ".wav");
+    const std::vector<uint8_t> bytes = write_audio(d.pcm, d.rate, sf, container_for(path));
+    write_output(path, bytes, common_.force);
+    const double seconds = double(t.codes.frames) * eng.config().frame_size() / eng.config().sample_rate;
+    spdlog::info("{} -> {}: {} frames, {:.2f} s at {} Hz, {:.1f}x real time", in, path, t.codes.frames,
+                 double(d.pcm.size()) / d.rate, d.rate, seconds / d.compute);
+    emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", double(d.pcm.size()) / d.rate},
+          {"frames", t.codes.frames}, {"n_q", o.n_q > 0 ? o.n_q : t.codes.n_q}, {"bytes", bytes.size()},
+          {"sample_rate", d.rate}, {"wall_s", now() - t0}, {"load_s", load_seconds_}, {"compute_s", d.compute},
+          {"rtf", seconds / d.compute}});
+  });
+}
+
+int App::roundtrip(const DecodeOptions& o) {
+  const SampleFormat sf = parse_sample_format(o.sample_format);
+  return run_each(o.inputs, o.out, [&](const std::string& in) {
+    const double t0 = now();
+    const Audio audio = read_audio(read_input(in), in);
+    if (audio.frames == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
+    Engine& eng = engine();
+    const int rate = eng.config().sample_rate;
+    const std::vector<float> pcm = resample(downmix(audio), audio.sample_rate, rate);
+    const int n_q = o.n_q > 0 ? o.n_q : std::min(8, eng.config().n_q);
+    const double c0 = now();
+    TokenFile t;
+    t.codes = eng.encode(pcm.data(), int64_t(pcm.size()), n_q);
+    const double enc = now() - c0;
+    t.meta.original_samples = int64_t(pcm.size());
+    t.meta.source_sample_rate = audio.sample_rate;
+    t.meta.codebook_size = eng.config().bins;
+    DecodeOptions d_opts = o;
+    d_opts.n_q = n_q;
+    const Decoded d = decode_tokens(eng, t, d_opts, n_q, true, in);
+    const std::string path = output_path(in, o.out, ".roundtrip.wav");
+    const std::vector<uint8_t> bytes = write_audio(d.pcm, d.rate, sf, container_for(path));
+    write_output(path, bytes, common_.force);
+    const double seconds = double(pcm.size()) / rate;
+    spdlog::info("{} -> {}: {:.2f} s, {} codebooks, encode {:.1f}x / decode {:.1f}x real time", in, path, seconds, n_q,
+                 seconds / enc, seconds / d.compute);
+    emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},
+          {"n_q", n_q}, {"bytes", bytes.size()}, {"wall_s", now() - t0}, {"load_s", load_seconds_},
+          {"compute_s", enc + d.compute}, {"encode_s", enc}, {"decode_s", d.compute}, {"rtf", seconds / (enc + d.compute)}});
+  });
+}
+
+int App::info(const std::vector<std::string>& files) {
+  int code = kOk;
+  for (const std::string& f : files) {
+    try {
+      const std::vector<uint8_t> bytes = read_input(f);
+      nlohmann::json j = {{"file", f}, {"bytes", bytes.size()}};
+      std::optional<TokenFormat> fmt = f == "-" ? std::nullopt : format_from_extension(f);
+      if (!fmt) fmt = sniff_format(bytes);
+      bool is_weights = false;
+      if (fmt == TokenFormat::Safetensors) {  // weights or codes?
+        const SafetensorsFile st = SafetensorsFile::from_bytes(std::make_shared<const std::vector<uint8_t>>(bytes), f);
+        is_weights = !st.has("codes");
+        if (is_weights) {
+          j["kind"] = "weights";
+          j["dialect"] = dialect_name(detect_dialect(st));
+          j["tensors"] = st.tensors().size();
+          LoadOptions lo;
+          if (!common_.config.empty()) lo.config_path = common_.config;
+          std::string origin;
+          const Config cfg = f == "-" ? Config::official() : resolve_config(f, lo, &origin);
+          j["config_source"] = f == "-" ? "official defaults" : origin;
+          j["config"] = cfg.to_json();
+          try {
+            auto m = load_model(st, cfg);
+            j["fingerprint"] = m->fingerprint;
+            j["valid"] = true;
+          } catch (const Error& e) {
+            j["valid"] = false;
+            j["error"] = e.what();
+          }
+        }
+      }
+      if (!is_weights) {
+        if (!fmt) {  // perhaps audio
+          const Audio a = read_audio(bytes, f);
+          j["kind"] = "audio";
+          j["sample_rate"] = a.sample_rate;
+          j["channels"] = a.channels;
+          j["frames"] = a.frames;
+          j["seconds"] = double(a.frames) / a.sample_rate;
+          std::cout << j.dump(common_.json ? -1 : 2) << std::endl;
+          continue;
+        }
+        const TokenFile t = read_tokens(bytes, *fmt, f, /*recover=*/true);
+        j["kind"] = "tokens";
+        j["format"] = format_name(*fmt);
+        j["n_q"] = t.codes.n_q;
+        j["frames"] = t.codes.frames;
+        j["seconds"] = double(t.codes.frames) / t.meta.frame_rate;
+        j["complete"] = t.complete;
+        if (!t.complete) j["damage"] = t.damage;
+        j["meta"] = meta_to_json(t.meta);
+        if (!t.complete && code == kOk) code = kInputError;
+      }
+      std::cout << j.dump(common_.json ? -1 : 2) << std::endl;
+    } catch (const Error& e) {
+      spdlog::error("{}", e.what());
+      if (code == kOk) code = exit_code_for(e.kind());
+    }
+  }
+  return code;
+}
+
+int App::convert(const ConvertOptions& o) {
+  if (o.out.empty()) throw Error(ErrorKind::Usage, "convert needs -o OUTPUT");
+  TokenFile t = read_token_input(o.input, o.recover);
+  const TokenFormat fmt = token_format_for(o.format, o.out);
+  const std::string path = output_path(o.input, o.out, format_extension(fmt));
+  const std::vector<uint8_t> bytes = write_tokens(t, fmt);
+  write_output(path, bytes, common_.force);
+  spdlog::info("{} -> {} ({}, {} frames x {} codebooks)", o.input, path, format_name(fmt), t.codes.frames, t.codes.n_q);
+  emit({{"input", o.input}, {"output", path}, {"status", "ok"}, {"format", format_name(fmt)}, {"frames", t.codes.frames},
+        {"n_q", t.codes.n_q}, {"bytes", bytes.size()}});
+  return kOk;
+}
+
+int App::gen_weights(const std::string& config, const std::string& dialect, uint64_t seed, const std::string& out) {
+  const Config cfg = test_config(config);
+  Dialect d;
+  if (dialect == "moshi") d = Dialect::Moshi;
+  else if (dialect == "hf") d = Dialect::HuggingFace;
+  else throw Error(ErrorKind::Usage, "--dialect must be moshi or hf");
+  const GeneratedWeights w = generate_test_weights(cfg, seed);
+  write_output(out, test_weights_file(w, d, {{"generator", "mimi gen-weights"}, {"config", config}, {"seed", std::to_string(seed)}}),
+               common_.force);
+  if (out != "-") {  // a config.json beside the file makes it loadable without --config
+    const std::string cj = (fs::path(out).parent_path() / "config.json").string();
+    if (!fs::exists(cj)) write_output(cj, [&] { const std::string s = cfg.to_json().dump(2) + "\n"; return std::vector<uint8_t>(s.begin(), s.end()); }(), false);
+  }
+  spdlog::info("wrote {} ({} weights, {} dialect, seed {})", out, config, dialect, seed);
+  return kOk;
+}
+
+}  // namespace mimi::app

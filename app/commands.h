@@ -1,0 +1,79 @@
+// The subcommands of the mimi executable, separated from argument parsing (main.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/audio_io.h"
+#include "app/token_file.h"
+#include "codec/error.h"
+#include "codec/engine.h"
+
+namespace mimi::app {
+
+// Exit codes (also in --help and README).
+enum ExitCode : int {
+  kOk = 0,
+  kUsage = 2,        // bad command line or arguments
+  kInputError = 3,   // an input could not be read or is malformed
+  kWeightsError = 4, // weights/config missing, malformed or mismatched
+  kOutputError = 5,  // an output could not be written (or exists without --force)
+  kDeviceError = 6,  // the requested device is not available
+  kInternal = 70,    // a bug
+};
+int exit_code_for(ErrorKind k);
+
+struct Common {
+  std::string weights, config, device = "cpu";
+  int threads = 0;
+  bool json = false, quiet = false, force = false;
+  int verbose = 0;
+};
+
+struct EncodeOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  int n_q = 8;
+  std::string format;  // empty: from the output extension, else mimi
+  bool split_channels = false;
+};
+
+struct DecodeOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  int n_q = -1;  // -1: all codebooks in the file (roundtrip: 8)
+  std::string sample_format = "s16";
+  std::string sample_rate;  // empty = 24000; a number; or "source"
+  bool no_trim = false, recover = false, allow_weights_mismatch = false;
+};
+
+struct ConvertOptions {
+  std::string input, out, format;
+  bool recover = false;
+};
+
+class App {
+ public:
+  explicit App(Common c) : common_(std::move(c)) {}
+  int encode(const EncodeOptions& o);
+  int decode(const DecodeOptions& o);
+  int roundtrip(const DecodeOptions& o);
+  int info(const std::vector<std::string>& files);
+  int convert(const ConvertOptions& o);
+  int gen_weights(const std::string& config, const std::string& dialect, uint64_t seed, const std::string& out);
+
+ private:
+  Engine& engine();
+  void emit(const nlohmann::json& record);
+  int run_each(const std::vector<std::string>& inputs, const std::string& out,
+               const std::function<void(const std::string&)>& one);
+
+  Common common_;
+  std::unique_ptr<Engine> engine_;
+  double load_seconds_ = 0;
+};
+
+}  // namespace mimi::app

@@ -1,0 +1,174 @@
+#include "app/mimi_container.h"
+
+#include <cstring>
+
+#include "codec/error.h"
+
+namespace mimi::app {
+namespace {
+
+constexpr char kChunkTag[4] = {'F', 'R', 'M', 'S'};
+constexpr char kEndTag[4] = {'E', 'N', 'D', '!'};
+
+void put_u32(std::vector<uint8_t>& o, uint32_t v) {
+  for (int i = 0; i < 4; ++i) o.push_back(uint8_t(v >> (8 * i)));
+}
+void put_u64(std::vector<uint8_t>& o, uint64_t v) {
+  for (int i = 0; i < 8; ++i) o.push_back(uint8_t(v >> (8 * i)));
+}
+uint32_t get_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+uint64_t get_u64(const uint8_t* p) { return uint64_t(get_u32(p)) | uint64_t(get_u32(p + 4)) << 32; }
+
+}  // namespace
+
+uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc) {
+  static uint32_t table[256];
+  static bool init = [] {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      table[i] = c;
+    }
+    return true;
+  }();
+  (void)init;
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table[(crc ^ data[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+int bits_for(int codebook_size) {
+  int b = 1;
+  while ((int64_t(1) << b) < codebook_size) ++b;
+  return b;
+}
+
+MimiWriter::MimiWriter(std::vector<uint8_t>& o, const nlohmann::json& header) : out(&o) {
+  n_q = header.at("n_q").get<int>();
+  bits = bits_for(header.at("codebook_size").get<int>());
+  const std::string h = header.dump();
+  o.insert(o.end(), kMimiMagic, kMimiMagic + 4);
+  o.push_back(kMimiVersion);
+  o.push_back(0);
+  o.push_back(0);
+  o.push_back(0);
+  put_u32(o, uint32_t(h.size()));
+  o.insert(o.end(), h.begin(), h.end());
+  put_u32(o, crc32(reinterpret_cast<const uint8_t*>(h.data()), h.size()));
+}
+
+void MimiWriter::append_chunk(const int32_t* codes, int64_t n_frames) {
+  if (n_frames <= 0) return;
+  std::vector<uint8_t>& o = *out;
+  o.insert(o.end(), kChunkTag, kChunkTag + 4);
+  const size_t body = o.size();
+  put_u32(o, uint32_t(n_frames));
+  // LSB-first bit packing of n_frames * n_q codes, `bits` bits each, frame-major.
+  const int64_t n = n_frames * n_q;
+  const size_t payload = size_t((n * bits + 7) / 8);
+  const size_t start = o.size();
+  o.resize(start + payload, 0);
+  uint64_t bitpos = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t v = uint32_t(codes[i]);
+    for (int b = 0; b < bits; ++b, ++bitpos)
+      if (v >> b & 1u) o[start + bitpos / 8] |= uint8_t(1u << (bitpos % 8));
+  }
+  put_u32(o, crc32(o.data() + body, o.size() - body));
+  frames_written += n_frames;
+}
+
+void MimiWriter::finish(int64_t original_samples) {
+  std::vector<uint8_t>& o = *out;
+  o.insert(o.end(), kEndTag, kEndTag + 4);
+  const size_t body = o.size();
+  put_u64(o, uint64_t(frames_written));
+  put_u64(o, uint64_t(original_samples));  // all ones = unknown
+  put_u32(o, crc32(o.data() + body, o.size() - body));
+}
+
+MimiReadResult read_mimi(const std::vector<uint8_t>& b, const std::string& what) {
+  auto fail = [&](const std::string& m) -> MimiReadResult { throw Error(ErrorKind::Input, what + ": " + m); };
+  MimiReadResult r;
+  if (b.size() < 12 || std::memcmp(b.data(), kMimiMagic, 4) != 0) return fail("not a .mimi file (bad magic)");
+  if (b[4] != kMimiVersion)
+    return fail("unsupported .mimi version " + std::to_string(b[4]) + " (this mimi reads version 1)");
+  const uint32_t hlen = get_u32(b.data() + 8);
+  if (size_t(12) + hlen + 4 > b.size()) return fail("truncated inside the header");
+  const uint8_t* h = b.data() + 12;
+  if (crc32(h, hlen) != get_u32(h + hlen)) return fail("header CRC mismatch (damaged file)");
+  try {
+    r.header = nlohmann::json::parse(h, h + hlen);
+    r.n_q = r.header.at("n_q").get<int>();
+    const int cb = r.header.at("codebook_size").get<int>();
+    if (r.n_q < 1 || r.n_q > 1024 || cb < 1) return fail("bad n_q or codebook_size in header");
+  } catch (const nlohmann::json::exception& e) {
+    return fail(std::string("bad header: ") + e.what());
+  }
+  const int bits = bits_for(r.header["codebook_size"].get<int>());
+  size_t pos = 12 + size_t(hlen) + 4;
+  while (true) {
+    if (pos == b.size()) {
+      r.damage = "truncated: no end record after " + std::to_string(r.frames) + " frames";
+      return r;
+    }
+    if (b.size() - pos < 4) {
+      r.damage = "truncated after " + std::to_string(r.frames) + " frames";
+      return r;
+    }
+    const uint8_t* p = b.data() + pos;
+    if (std::memcmp(p, kEndTag, 4) == 0) {
+      if (b.size() - pos < 4 + 16 + 4) {
+        r.damage = "truncated inside the end record";
+        return r;
+      }
+      if (crc32(p + 4, 16) != get_u32(p + 20)) {
+        r.damage = "end record CRC mismatch";
+        return r;
+      }
+      const uint64_t total = get_u64(p + 4), orig = get_u64(p + 12);
+      if (int64_t(total) != r.frames) {
+        r.damage = "end record says " + std::to_string(total) + " frames, chunks hold " + std::to_string(r.frames);
+        return r;
+      }
+      r.original_samples = orig == ~uint64_t(0) ? -1 : int64_t(orig);
+      if (pos + 24 != b.size()) {
+        r.damage = "unexpected bytes after the end record";
+        return r;
+      }
+      r.complete = true;
+      return r;
+    }
+    if (std::memcmp(p, kChunkTag, 4) != 0) {
+      r.damage = "bad chunk tag at byte " + std::to_string(pos) + " after " + std::to_string(r.frames) + " frames";
+      return r;
+    }
+    if (b.size() - pos < 8) {
+      r.damage = "truncated chunk header after " + std::to_string(r.frames) + " frames";
+      return r;
+    }
+    const uint32_t nf = get_u32(p + 4);
+    const uint64_t payload = (uint64_t(nf) * uint64_t(r.n_q) * uint64_t(bits) + 7) / 8;
+    if (nf == 0 || b.size() - pos < 8 + payload + 4) {
+      r.damage = "truncated chunk after " + std::to_string(r.frames) + " frames";
+      return r;
+    }
+    if (crc32(p + 4, 4 + payload) != get_u32(p + 8 + payload)) {
+      r.damage = "chunk CRC mismatch after " + std::to_string(r.frames) + " frames (damaged data)";
+      return r;
+    }
+    const uint8_t* d = p + 8;
+    uint64_t bitpos = 0;
+    for (uint64_t i = 0; i < uint64_t(nf) * uint64_t(r.n_q); ++i) {
+      uint32_t v = 0;
+      for (int k = 0; k < bits; ++k, ++bitpos) v |= uint32_t(d[bitpos / 8] >> (bitpos % 8) & 1u) << k;
+      r.frame_major.push_back(int32_t(v));
+    }
+    r.frames += nf;
+    pos += 8 + payload + 4;
+  }
+}
+
+}  // namespace mimi::app

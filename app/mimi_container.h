@@ -1,0 +1,45 @@
+// The .mimi container (specified in docs/FORMAT.md). Writing is incremental so a stream can
+// append frames as they are produced; reading checks every CRC and reports the good prefix.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace mimi::app {
+
+constexpr char kMimiMagic[4] = {'M', 'I', 'M', 'I'};
+constexpr uint8_t kMimiVersion = 1;
+
+uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc = 0);
+int bits_for(int codebook_size);  // ceil(log2(codebook_size)), at least 1
+
+// Byte-level writer: header, then chunks, then the end record.
+struct MimiWriter {
+  int n_q = 0, bits = 0;
+  std::vector<uint8_t>* out = nullptr;
+  int64_t frames_written = 0;
+
+  // header must contain n_q and codebook_size.
+  MimiWriter(std::vector<uint8_t>& out, const nlohmann::json& header);
+  // codes: [n_frames][n_q] frame-major.
+  void append_chunk(const int32_t* frame_major, int64_t n_frames);
+  void finish(int64_t original_samples);  // -1 = unknown
+};
+
+struct MimiReadResult {
+  nlohmann::json header;
+  int n_q = 0;
+  std::vector<int32_t> frame_major;  // [frames][n_q]
+  int64_t frames = 0;
+  bool complete = false;
+  int64_t original_samples = -1;
+  std::string damage;  // empty when complete
+};
+
+// Throws Error(Input) when even the header is unusable; otherwise returns what it could read
+// (complete == false with `damage` set when a chunk or the end record is bad or missing).
+MimiReadResult read_mimi(const std::vector<uint8_t>& bytes, const std::string& what);
+
+}  // namespace mimi::app

@@ -1,0 +1,313 @@
+#include "app/token_file.h"
+
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/mimi_container.h"
+#include "codec/error.h"
+#include "codec/safetensors.h"
+
+namespace mimi::app {
+namespace {
+
+[[noreturn]] void bad(const std::string& what, const std::string& m) { throw Error(ErrorKind::Input, what + ": " + m); }
+
+constexpr int64_t kChunkFrames = 250;  // frames per .mimi chunk when writing a whole file (20 s)
+
+std::vector<int32_t> transpose(const std::vector<int32_t>& v, int64_t rows, int64_t cols) {
+  std::vector<int32_t> t(v.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = v[size_t(r * cols + c)];
+  return t;
+}
+
+void meta_from_json(TokenMeta& m, const nlohmann::json& j) {
+  auto opt_int = [&](const char* k) -> std::optional<int64_t> {
+    if (!j.contains(k) || j[k].is_null()) return std::nullopt;
+    if (j[k].is_string()) return std::stoll(j[k].get<std::string>());
+    return j[k].get<int64_t>();
+  };
+  auto str = [&](const char* k) -> std::string {
+    if (!j.contains(k) || j[k].is_null()) return "";
+    return j[k].is_string() ? j[k].get<std::string>() : j[k].dump();
+  };
+  if (auto v = opt_int("sample_rate")) m.sample_rate = int(*v);
+  if (j.contains("frame_rate")) m.frame_rate = j["frame_rate"].is_string() ? std::stod(j["frame_rate"].get<std::string>()) : j["frame_rate"].get<double>();
+  if (auto v = opt_int("codebook_size")) m.codebook_size = int(*v);
+  m.original_samples = opt_int("original_samples");
+  if (auto v = opt_int("source_sample_rate")) m.source_sample_rate = int(*v);
+  if (auto v = opt_int("source_channels")) m.source_channels = int(*v);
+  if (auto v = opt_int("channel")) m.channel = int(*v);
+  m.weights_fingerprint = str("weights_fingerprint");
+  m.tool_version = str("tool_version");
+}
+
+void check_codes(const TokenFile& t, const std::string& what) {
+  for (int32_t c : t.codes.data)
+    if (c < 0 || c >= t.meta.codebook_size)
+      bad(what, "code " + std::to_string(c) + " outside [0, " + std::to_string(t.meta.codebook_size) + ")");
+}
+
+// ---- npy
+std::vector<uint8_t> write_npy(const TokenFile& t) {
+  std::string h = "{'descr': '<i4', 'fortran_order': False, 'shape': (" + std::to_string(t.codes.n_q) + ", " +
+                  std::to_string(t.codes.frames) + "), }";
+  const size_t total = 10 + h.size() + 1;
+  h.append((64 - total % 64) % 64, ' ');
+  h += '\n';
+  std::vector<uint8_t> o = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(h.size() & 0xff), uint8_t(h.size() >> 8)};
+  o.insert(o.end(), h.begin(), h.end());
+  const auto* p = reinterpret_cast<const uint8_t*>(t.codes.data.data());
+  o.insert(o.end(), p, p + t.codes.data.size() * 4);
+  return o;
+}
+
+TokenFile read_npy(const std::vector<uint8_t>& b, const std::string& what) {
+  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0) bad(what, "not a .npy file");
+  size_t hlen, off;
+  if (b[6] == 1) {
+    hlen = size_t(b[8]) | size_t(b[9]) << 8;
+    off = 10;
+  } else {
+    if (b.size() < 12) bad(what, "truncated .npy header");
+    hlen = size_t(b[8]) | size_t(b[9]) << 8 | size_t(b[10]) << 16 | size_t(b[11]) << 24;
+    off = 12;
+  }
+  if (off + hlen > b.size()) bad(what, "truncated .npy header");
+  const std::string h(b.begin() + long(off), b.begin() + long(off + hlen));
+  auto field = [&](const std::string& key) {
+    const size_t k = h.find("'" + key + "'");
+    if (k == std::string::npos) bad(what, ".npy header lacks " + key);
+    return h.substr(h.find(':', k) + 1);
+  };
+  const std::string descr = field("descr");
+  const size_t q1 = descr.find('\''), q2 = descr.find('\'', q1 + 1);
+  const std::string dt = descr.substr(q1 + 1, q2 - q1 - 1);
+  if (field("fortran_order").find("True") < field("fortran_order").find(',')) bad(what, "Fortran-order .npy is not supported");
+  const std::string shape = field("shape");
+  std::vector<int64_t> dims;
+  for (size_t i = shape.find('(') + 1; i < shape.size() && shape[i] != ')';) {
+    if (isdigit(shape[i])) {
+      int64_t v = 0;
+      auto r = std::from_chars(shape.data() + i, shape.data() + shape.size(), v);
+      dims.push_back(v);
+      i = size_t(r.ptr - shape.data());
+    } else {
+      ++i;
+    }
+  }
+  if (dims.size() == 3 && dims[0] == 1) dims.erase(dims.begin());  // [1, n_q, F]
+  if (dims.size() != 2) bad(what, ".npy codes must have shape [n_q, frames]");
+  int size;
+  bool is_signed = true, little = dt[0] != '>';
+  if (dt.substr(1) == "i2") size = 2;
+  else if (dt.substr(1) == "i4") size = 4;
+  else if (dt.substr(1) == "i8") size = 8;
+  else if (dt.substr(1) == "u2") size = 2, is_signed = false;
+  else if (dt.substr(1) == "u4") size = 4, is_signed = false;
+  else bad(what, "unsupported .npy dtype " + dt + " (integer codes expected)");
+  if (!little && size > 1) bad(what, "big-endian .npy is not supported");
+  const size_t n = size_t(dims[0] * dims[1]), data = off + hlen;
+  if (b.size() - data < n * size_t(size)) bad(what, "truncated .npy data");
+  TokenFile t;
+  t.codes.n_q = int(dims[0]);
+  t.codes.frames = dims[1];
+  t.codes.data.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* p = b.data() + data + i * size_t(size);
+    int64_t v = 0;
+    for (int k = size - 1; k >= 0; --k) v = (v << 8) | p[k];
+    if (is_signed && size < 8 && (v >> (8 * size - 1) & 1)) v -= int64_t(1) << (8 * size);
+    if (v < INT32_MIN || v > INT32_MAX) bad(what, "code out of range");
+    t.codes.data[i] = int32_t(v);
+  }
+  return t;
+}
+
+// ---- text
+std::vector<uint8_t> write_text(const TokenFile& t) {
+  std::string s;
+  const int64_t F = t.codes.frames;
+  for (int64_t f = 0; f < F; ++f) {
+    for (int k = 0; k < t.codes.n_q; ++k) {
+      if (k) s += ' ';
+      s += std::to_string(t.codes.data[size_t(k * F + f)]);
+    }
+    s += '\n';
+  }
+  return {s.begin(), s.end()};
+}
+
+TokenFile read_text(const std::vector<uint8_t>& b, const std::string& what) {
+  std::vector<int32_t> frame_major;
+  int n_q = -1;
+  int64_t frames = 0, line_no = 0;
+  std::istringstream in(std::string(b.begin(), b.end()));
+  std::string line;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
+    std::istringstream ls(line);
+    int count = 0;
+    std::string tok;
+    while (ls >> tok) {
+      int32_t v;
+      auto r = std::from_chars(tok.data(), tok.data() + tok.size(), v);
+      if (r.ec != std::errc() || r.ptr != tok.data() + tok.size())
+        bad(what, "line " + std::to_string(line_no) + ": '" + tok + "' is not an integer");
+      frame_major.push_back(v);
+      ++count;
+    }
+    if (n_q < 0) n_q = count;
+    if (count != n_q)
+      bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes, earlier lines " +
+                    std::to_string(n_q));
+    ++frames;
+  }
+  if (frames == 0) bad(what, "no frames in text token file");
+  TokenFile t;
+  t.codes.n_q = n_q;
+  t.codes.frames = frames;
+  t.codes.data = transpose(frame_major, frames, n_q);
+  return t;
+}
+
+// ---- safetensors
+std::vector<uint8_t> write_st(const TokenFile& t) {
+  std::map<std::string, std::string> md;
+  const nlohmann::json meta = meta_to_json(t.meta);
+  for (auto& [k, v] : meta.items()) md[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  return safetensors_bytes({{"codes", DType::I32, {1, t.codes.n_q, t.codes.frames}, t.codes.data.data()}}, md);
+}
+
+TokenFile read_st(const std::vector<uint8_t>& b, const std::string& what) {
+  const SafetensorsFile f = SafetensorsFile::from_bytes(std::make_shared<const std::vector<uint8_t>>(b), what);
+  if (!f.has("codes")) bad(what, "safetensors token file needs a tensor named 'codes'");
+  Shape s = f.info("codes").shape;
+  if (s.size() == 3 && s[0] == 1) s.erase(s.begin());
+  if (s.size() != 2) bad(what, "'codes' must have shape [1, n_q, frames] or [n_q, frames], got " + shape_str(f.info("codes").shape));
+  TokenFile t;
+  t.codes.n_q = int(s[0]);
+  t.codes.frames = s[1];
+  if (f.info("codes").dtype == DType::U8 || f.info("codes").dtype == DType::I16 || f.info("codes").dtype == DType::I8) {
+    bad(what, "'codes' must be I32 or I64");
+  }
+  t.codes.data = f.to_i32("codes");
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : f.metadata()) j[k] = v;
+  meta_from_json(t.meta, j);
+  return t;
+}
+
+}  // namespace
+
+const char* format_name(TokenFormat f) {
+  switch (f) {
+    case TokenFormat::Mimi: return "mimi";
+    case TokenFormat::Npy: return "npy";
+    case TokenFormat::Safetensors: return "safetensors";
+    case TokenFormat::Text: return "text";
+  }
+  return "?";
+}
+
+const char* format_extension(TokenFormat f) {
+  switch (f) {
+    case TokenFormat::Mimi: return ".mimi";
+    case TokenFormat::Npy: return ".npy";
+    case TokenFormat::Safetensors: return ".safetensors";
+    case TokenFormat::Text: return ".txt";
+  }
+  return "";
+}
+
+std::optional<TokenFormat> parse_format(const std::string& n) {
+  if (n == "mimi") return TokenFormat::Mimi;
+  if (n == "npy") return TokenFormat::Npy;
+  if (n == "safetensors") return TokenFormat::Safetensors;
+  if (n == "text" || n == "txt") return TokenFormat::Text;
+  return std::nullopt;
+}
+
+std::optional<TokenFormat> format_from_extension(const std::string& path) {
+  const std::string ext = std::filesystem::path(path).extension().string();
+  if (ext == ".mimi") return TokenFormat::Mimi;
+  if (ext == ".npy") return TokenFormat::Npy;
+  if (ext == ".safetensors") return TokenFormat::Safetensors;
+  if (ext == ".txt") return TokenFormat::Text;
+  return std::nullopt;
+}
+
+std::optional<TokenFormat> sniff_format(const std::vector<uint8_t>& b) {
+  if (b.size() >= 4 && std::memcmp(b.data(), kMimiMagic, 4) == 0) return TokenFormat::Mimi;
+  if (b.size() >= 6 && std::memcmp(b.data(), "\x93NUMPY", 6) == 0) return TokenFormat::Npy;
+  if (b.size() >= 9 && b[8] == '{') return TokenFormat::Safetensors;
+  if (!b.empty() && (isdigit(b[0]) || b[0] == '#' || b[0] == ' ')) return TokenFormat::Text;
+  return std::nullopt;
+}
+
+nlohmann::json meta_to_json(const TokenMeta& m) {
+  nlohmann::json j = {{"sample_rate", m.sample_rate}, {"frame_rate", m.frame_rate}, {"codebook_size", m.codebook_size}};
+  if (m.original_samples) j["original_samples"] = *m.original_samples;
+  if (m.source_sample_rate) j["source_sample_rate"] = *m.source_sample_rate;
+  if (m.source_channels) j["source_channels"] = *m.source_channels;
+  if (m.channel) j["channel"] = *m.channel;
+  if (!m.weights_fingerprint.empty()) j["weights_fingerprint"] = m.weights_fingerprint;
+  if (!m.tool_version.empty()) j["tool_version"] = m.tool_version;
+  return j;
+}
+
+std::vector<uint8_t> write_tokens(const TokenFile& t, TokenFormat f) {
+  switch (f) {
+    case TokenFormat::Npy: return write_npy(t);
+    case TokenFormat::Text: return write_text(t);
+    case TokenFormat::Safetensors: return write_st(t);
+    case TokenFormat::Mimi: break;
+  }
+  nlohmann::json h = meta_to_json(t.meta);
+  h.erase("original_samples");  // lives in the end record, known last when streaming
+  h["format"] = "mimi-codes";
+  h["n_q"] = t.codes.n_q;
+  h["frames"] = t.codes.frames;
+  std::vector<uint8_t> out;
+  MimiWriter w(out, h);
+  const std::vector<int32_t> fm = transpose(t.codes.data, t.codes.n_q, t.codes.frames);  // frame-major
+  for (int64_t f0 = 0; f0 < t.codes.frames; f0 += kChunkFrames)
+    w.append_chunk(fm.data() + f0 * t.codes.n_q, std::min(kChunkFrames, t.codes.frames - f0));
+  w.finish(t.meta.original_samples.value_or(-1));
+  return out;
+}
+
+TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const std::string& what, bool recover) {
+  TokenFile t;
+  switch (f) {
+    case TokenFormat::Npy: t = read_npy(bytes, what); break;
+    case TokenFormat::Text: t = read_text(bytes, what); break;
+    case TokenFormat::Safetensors: t = read_st(bytes, what); break;
+    case TokenFormat::Mimi: {
+      MimiReadResult r = read_mimi(bytes, what);
+      if (!r.complete && !recover)
+        bad(what, r.damage + " (damaged or truncated; --recover decodes the " + std::to_string(r.frames) +
+                      " good frames)");
+      meta_from_json(t.meta, r.header);
+      t.codes.n_q = r.n_q;
+      t.codes.frames = r.frames;
+      t.codes.data = transpose(r.frame_major, r.frames, r.n_q);
+      if (r.original_samples >= 0) t.meta.original_samples = r.original_samples;
+      t.complete = r.complete;
+      t.damage = r.damage;
+      if (r.header.contains("frames") && r.complete && r.header["frames"].get<int64_t>() != r.frames)
+        bad(what, "header says " + r.header["frames"].dump() + " frames, the file holds " + std::to_string(r.frames));
+      if (r.frames == 0 && (r.complete || !recover)) bad(what, r.complete ? "no frames" : r.damage);
+      break;
+    }
+  }
+  if (t.codes.n_q < 1 || (t.codes.frames < 1 && t.complete)) bad(what, "no codes");
+  check_codes(t, what);
+  return t;
+}
+
+}  // namespace mimi::app

@@ -1,0 +1,54 @@
+// Token files: codes plus what is known about where they came from, in four formats.
+//   mimi         our container (docs/FORMAT.md): JSON header, 11-bit packed frames in CRC'd chunks
+//   npy          int32 array [n_q, frames], C order
+//   safetensors  tensor "codes" [1, n_q, frames] int32; the header fields as __metadata__
+//   text         one frame per line, n_q space-separated integers
+// Readers throw Error(Input) with what is wrong; writers produce bytes (callers write them
+// atomically).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/engine.h"
+
+namespace mimi::app {
+
+enum class TokenFormat { Mimi, Npy, Safetensors, Text };
+
+const char* format_name(TokenFormat f);
+const char* format_extension(TokenFormat f);  // ".mimi", ".npy", ".safetensors", ".txt"
+std::optional<TokenFormat> parse_format(const std::string& name);        // "mimi", "npy", ...
+std::optional<TokenFormat> format_from_extension(const std::string& path);
+std::optional<TokenFormat> sniff_format(const std::vector<uint8_t>& bytes);  // by content
+
+struct TokenMeta {
+  int sample_rate = 24000;
+  double frame_rate = 12.5;
+  int codebook_size = 2048;
+  std::optional<int64_t> original_samples;     // at sample_rate, before padding to frames
+  std::optional<int> source_sample_rate;
+  std::optional<int> source_channels;
+  std::optional<int> channel;                  // which source channel, when split
+  std::string weights_fingerprint;             // empty = unknown
+  std::string tool_version;
+};
+
+struct TokenFile {
+  Codes codes;  // [n_q, frames]
+  TokenMeta meta;
+  bool complete = true;    // false: a .mimi file without its end record (truncated)
+  std::string damage;      // why it is incomplete
+};
+
+std::vector<uint8_t> write_tokens(const TokenFile& t, TokenFormat f);
+// `recover`: for .mimi, return the good prefix of a damaged/truncated file (complete = false)
+// instead of throwing.
+TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const std::string& what,
+                      bool recover = false);
+
+nlohmann::json meta_to_json(const TokenMeta& m);
+
+}  // namespace mimi::app

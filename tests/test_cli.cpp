@@ -1,0 +1,316 @@
+// End-to-end tests of the mimi executable with the tiny reference weights: formats, pipes,
+// batches, resampling, golden codes through the CLI, trimming, damaged files, errors and exit codes.
+#include <doctest/doctest.h>
+#include <sndfile.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "app/mimi_container.h"
+#include "app/token_file.h"
+#include "codec/error.h"
+#include "support/golden.h"
+
+using namespace mimi;
+using namespace mimi::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kMimi = MIMI_BINARY;
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+struct Sandbox {
+  fs::path dir;
+  std::string weights;
+  Sandbox() {
+    dir = fs::temp_directory_path() / ("mimi-cli-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    weights = data_dir() + "/tiny/weights.hf.safetensors";  // config.json beside it
+  }
+  ~Sandbox() { fs::remove_all(dir); }
+  fs::path operator/(const std::string& s) const { return dir / s; }
+
+  // Runs a bash command line in the sandbox; `mimi` is the binary under test.
+  Run sh(const std::string& cmd) const {
+    const std::string full = "cd '" + dir.string() + "' && mimi() { '" + kMimi + "' \"$@\"; } && export MIMI_WEIGHTS='" +
+                             weights + "' HOME='" + dir.string() + "' && unset HF_HOME && { " + cmd + " ; } >'" +
+                             (dir / ".out").string() + "' 2>'" + (dir / ".err").string() + "'";
+    const int st = std::system(("bash -c \"" + escape(full) + "\"").c_str());
+    Run r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir / ".out"), slurp(dir / ".err")};
+    return r;
+  }
+  static std::string escape(const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '"' || c == '\\' || c == '$' || c == '`') o += '\\';
+      o += c;
+    }
+    return o;
+  }
+};
+
+void write_wav(const fs::path& path, const std::vector<float>& interleaved, int rate, int channels, int format) {
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = channels;
+  info.format = format;
+  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
+  REQUIRE(f != nullptr);
+  sf_writef_float(f, interleaved.data(), sf_count_t(interleaved.size() / size_t(channels)));
+  sf_close(f);
+}
+
+struct WavInfo {
+  int rate = 0, channels = 0;
+  int64_t frames = 0;
+  int format = 0;
+};
+WavInfo wav_info(const fs::path& p) {
+  SF_INFO info{};
+  SNDFILE* f = sf_open(p.c_str(), SFM_READ, &info);
+  REQUIRE(f != nullptr);
+  sf_close(f);
+  return {info.samplerate, info.channels, info.frames, info.format};
+}
+
+std::vector<float> golden_input(const std::string& c) {
+  const SafetensorsFile g = SafetensorsFile::open(data_dir() + "/tiny/cases/" + c + ".safetensors");
+  const Tensor t = g.to_f32("input");
+  return {t.data, t.data + t.size()};
+}
+
+std::vector<float> tone(int64_t n, int channels, int rate) {
+  std::vector<float> v(size_t(n * channels));
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < channels; ++c) v[size_t(i * channels + c)] = 0.3f * std::sin(6.2831853f * (220.0f + 110.0f * c) * float(i) / float(rate));
+  return v;
+}
+
+app::TokenFile tokens(const fs::path& p) {
+  const std::string s = slurp(p);
+  const std::vector<uint8_t> b(s.begin(), s.end());
+  return app::read_tokens(b, *app::format_from_extension(p.string()), p.string());
+}
+
+}  // namespace
+
+TEST_CASE("cli: 24 kHz float input reproduces the golden codes exactly; decode trims to the original length") {
+  Sandbox box;
+  const std::vector<float> speech = golden_input("speech");
+  write_wav(box / "speech.wav", speech, 24000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  Run r = box.sh("mimi encode speech.wav -o speech.npy -q");
+  REQUIRE(r.code == 0);
+  const app::TokenFile t = tokens(box / "speech.npy");
+  const SafetensorsFile g = SafetensorsFile::open(data_dir() + "/tiny/cases/speech.safetensors");
+  CHECK(t.codes.data == g.to_i32("codes"));
+  r = box.sh("mimi encode speech.wav && mimi decode speech.mimi -o speech.dec.wav --sample-format f32 && "
+             "mimi decode speech.mimi -o full.wav --no-trim");
+  REQUIRE(r.code == 0);
+  CHECK(wav_info(box / "speech.dec.wav").frames == int64_t(speech.size()));  // 50783
+  CHECK(wav_info(box / "full.wav").frames == 27 * 1920);
+  CHECK((wav_info(box / "full.wav").format & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16);
+  // the decoded float samples are the engine's output, trimmed
+  SF_INFO info{};
+  SNDFILE* f = sf_open((box / "speech.dec.wav").c_str(), SFM_READ, &info);
+  std::vector<float> y(size_t(info.frames));
+  sf_readf_float(f, y.data(), info.frames);
+  sf_close(f);
+  const Tensor gout = g.to_f32("output");
+  double worst = 0, mx = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(y[i] - gout.data[i])));
+    mx = std::max(mx, double(std::fabs(gout.data[i])));
+  }
+  CHECK(worst <= 1e-4 * mx + 1e-5);
+}
+
+TEST_CASE("cli: every token format round-trips losslessly through convert") {
+  Sandbox box;
+  write_wav(box / "a.wav", tone(30000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode a.wav -q").code == 0);
+  const app::TokenFile ref = tokens(box / "a.mimi");
+  for (const char* ext : {"npy", "safetensors", "txt"}) {
+    CAPTURE(ext);
+    const std::string x = ext;
+    REQUIRE(box.sh("mimi convert a.mimi -o a." + x + " -q && mimi convert a." + x + " -o back." + x + ".mimi -q").code == 0);
+    CHECK(tokens(box / ("a." + x)).codes.data == ref.codes.data);
+    CHECK(tokens(box / ("back." + x + ".mimi")).codes.data == ref.codes.data);
+    // all formats decode to the same audio
+    REQUIRE(box.sh("mimi decode a." + x + " -o a." + x + ".wav --no-trim -q").code == 0);
+  }
+  REQUIRE(box.sh("mimi decode a.mimi -o a.mimi.wav --no-trim -q").code == 0);
+  const std::string w = slurp(box / "a.mimi.wav");
+  CHECK(slurp(box / "a.npy.wav") == w);
+  CHECK(slurp(box / "a.txt.wav") == w);
+  CHECK(slurp(box / "a.safetensors.wav") == w);
+  // the original length survives where the format can hold it
+  CHECK(tokens(box / "back.safetensors.mimi").meta.original_samples == 30000);
+  CHECK(!tokens(box / "back.npy.mimi").meta.original_samples.has_value());
+  // text: one frame per line, n_q integers
+  const std::string txt = slurp(box / "a.txt");
+  CHECK(std::count(txt.begin(), txt.end(), '\n') == 16);
+}
+
+TEST_CASE("cli: stdin/stdout pipes") {
+  Sandbox box;
+  write_wav(box / "a.wav", tone(20000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  Run r = box.sh("cat a.wav | mimi encode - -o - | mimi decode - -o b.wav");
+  REQUIRE(r.code == 0);
+  CHECK(wav_info(box / "b.wav").frames == 20000);
+  r = box.sh("mimi encode a.wav -o - --format text -q | head -n 2");
+  CHECK(r.code == 0);
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 2);
+  r = box.sh("mimi encode a.wav -q && mimi decode a.mimi -o - | cat > c.wav");
+  REQUIRE(r.code == 0);
+  CHECK(wav_info(box / "c.wav").frames == 20000);
+}
+
+TEST_CASE("cli: directory batch, 44.1 kHz stereo input, one bad file does not stop the rest") {
+  Sandbox box;
+  write_wav(box / "s.wav", tone(44100 * 2, 2, 44100), 44100, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  write_wav(box / "m.wav", tone(16000, 1, 16000), 16000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_24);
+  { std::ofstream(box / "bad.wav") << "this is not audio"; }
+  Run r = box.sh("mimi encode s.wav bad.wav m.wav -o out/ --json");
+  CHECK(r.code == 3);  // unreadable input
+  CHECK(r.err.find("bad.wav") != std::string::npos);
+  CHECK(fs::exists(box / "out/s.mimi"));
+  CHECK(fs::exists(box / "out/m.mimi"));
+  CHECK(!fs::exists(box / "out/bad.mimi"));
+  int ok = 0, failed = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["status"] == "ok") {
+      ++ok;
+      CHECK(j.contains("rtf"));
+      CHECK(j.contains("compute_s"));
+      CHECK(j.contains("load_s"));
+    } else {
+      ++failed;
+    }
+  }
+  CHECK(ok == 2);
+  CHECK(failed == 1);
+  const app::TokenFile s = tokens(box / "out/s.mimi");
+  CHECK(s.meta.source_sample_rate == 44100);
+  CHECK(s.meta.source_channels == 2);
+  CHECK(s.meta.original_samples == 48000);  // 2 s at 24 kHz
+  CHECK(s.codes.frames == 25);
+  // back to the source rate
+  REQUIRE(box.sh("mimi decode out/s.mimi -o s44.wav --sample-rate source -q").code == 0);
+  CHECK(wav_info(box / "s44.wav").rate == 44100);
+  CHECK(wav_info(box / "s44.wav").frames == 88200);
+  // each channel separately
+  REQUIRE(box.sh("mimi encode s.wav --split-channels -o split/ -q").code == 0);
+  CHECK(fs::exists(box / "split/s.ch0.mimi"));
+  CHECK(fs::exists(box / "split/s.ch1.mimi"));
+  CHECK(tokens(box / "split/s.ch1.mimi").meta.channel == 1);
+  // roundtrip writes <stem>.roundtrip.wav beside the input
+  REQUIRE(box.sh("mimi roundtrip m.wav -q").code == 0);
+  CHECK(wav_info(box / "m.roundtrip.wav").frames == 24000);
+}
+
+TEST_CASE("cli: damaged and truncated .mimi files are refused, and leave no output") {
+  Sandbox box;
+  write_wav(box / "a.wav", tone(40000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode a.wav -q").code == 0);
+  const std::string good = slurp(box / "a.mimi");
+  {
+    std::string bad = good;
+    bad[bad.size() - 40] ^= 0x10;  // inside the last chunk's payload
+    std::ofstream(box / "corrupt.mimi", std::ios::binary) << bad;
+    std::ofstream(box / "trunc.mimi", std::ios::binary) << good.substr(0, good.size() - 30);
+  }
+  Run r = box.sh("mimi decode corrupt.mimi");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("CRC") != std::string::npos);
+  CHECK(!fs::exists(box / "corrupt.wav"));
+  r = box.sh("mimi decode trunc.mimi");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("truncated") != std::string::npos);
+  CHECK(!fs::exists(box / "trunc.wav"));
+  r = box.sh("mimi info trunc.mimi");
+  CHECK(r.code == 3);
+  CHECK(r.out.find("\"complete\": false") != std::string::npos);
+  // no temporary files left behind either
+  for (const auto& e : fs::directory_iterator(box.dir)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+}
+
+TEST_CASE("cli: exit codes for usage, weights, outputs and devices") {
+  Sandbox box;
+  write_wav(box / "a.wav", tone(5000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  Run r = box.sh("mimi encode a.wav --no-such-option");
+  CHECK(r.code == 2);
+  r = box.sh("mimi");
+  CHECK(r.code == 2);
+  r = box.sh("mimi encode a.wav --n-q 40");
+  CHECK(r.code == 2);
+  r = box.sh("unset MIMI_WEIGHTS; mimi encode a.wav");
+  CHECK(r.code == 4);
+  CHECK(r.err.find("scripts/download-weights.sh") != std::string::npos);
+  CHECK(!fs::exists(box / "a.mimi"));
+  r = box.sh("mimi encode a.wav --weights nowhere.safetensors");
+  CHECK(r.code == 4);
+  REQUIRE(box.sh("mimi encode a.wav -q").code == 0);
+  r = box.sh("mimi encode a.wav");
+  CHECK(r.code == 5);
+  CHECK(r.err.find("--force") != std::string::npos);
+  CHECK(box.sh("mimi encode a.wav -f -q").code == 0);
+  r = box.sh("mimi encode a.wav -o x.mimi --device cuda");
+  CHECK(r.code == 6);
+  CHECK(r.err.find("cuda") != std::string::npos);
+  r = box.sh("mimi decode a.mimi --n-q 9 -o y.wav");
+  CHECK(r.code == 2);
+  r = box.sh("mimi encode a.wav a.wav -o single.mimi");
+  CHECK(r.code == 2);
+  // weights fingerprint: tokens made with other weights are refused unless forced
+  REQUIRE(box.sh("mimi gen-weights --config tiny --dialect moshi --seed 2 -o other/w.safetensors -q").code == 0);
+  r = box.sh("mimi decode a.mimi --weights other/w.safetensors -o z.wav");
+  CHECK(r.code == 4);
+  CHECK(r.err.find("other weights") != std::string::npos);
+  CHECK(box.sh("mimi decode a.mimi --weights other/w.safetensors -o z.wav --allow-weights-mismatch -q").code == 0);
+  r = box.sh("mimi --help");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("Exit codes") != std::string::npos);
+}
+
+TEST_CASE("format: .mimi packs 11-bit codes, 10 s at n_q 8 is 1100 bit/s plus the header") {
+  app::TokenFile t;
+  t.codes.n_q = 8;
+  t.codes.frames = 125;  // 10 s
+  for (int i = 0; i < 8 * 125; ++i) t.codes.data.push_back((i * 7919) % 2048);
+  t.meta.original_samples = 240000;
+  t.meta.weights_fingerprint = "0123456789abcdef0123456789abcdef";
+  t.meta.tool_version = "0.1.0";
+  const std::vector<uint8_t> b = app::write_tokens(t, app::TokenFormat::Mimi);
+  CHECK(app::crc32(reinterpret_cast<const uint8_t*>("123456789"), 9) == 0xCBF43926u);  // docs/FORMAT.md
+  const uint32_t header = uint32_t(b[8]) | uint32_t(b[9]) << 8 | uint32_t(b[10]) << 16 | uint32_t(b[11]) << 24;
+  const double payload_bits = 8.0 * double(b.size() - 12 - header - 4);
+  CHECK(payload_bits / 10.0 == doctest::Approx(1100).epsilon(0.05));
+  const app::TokenFile back = app::read_tokens(b, app::TokenFormat::Mimi, "mem");
+  CHECK(back.codes.data == t.codes.data);
+  CHECK(back.meta.original_samples == 240000);
+  CHECK(back.meta.weights_fingerprint == t.meta.weights_fingerprint);
+  // recover: a truncated file gives its whole chunks
+  std::vector<uint8_t> cut(b.begin(), b.end() - 10);
+  CHECK_THROWS_AS(app::read_tokens(cut, app::TokenFormat::Mimi, "cut"), Error);
+  const app::TokenFile part = app::read_tokens(cut, app::TokenFormat::Mimi, "cut", true);
+  CHECK(!part.complete);
+  CHECK(part.codes.frames == 125);
+}
