@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "app/bench.h"
 #include "app/commands.h"
 #include "codec/error.h"
 
@@ -112,6 +113,16 @@ int main(int argc, char** argv) {
   g->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
   g->group("Developer");
 
+  BenchOptions bench;
+  CLI::App* b = app.add_subcommand("bench", "Time encode and decode (table of wall time, real-time factor, GFLOP/s, stages)");
+  b->add_option("--seconds", bench.seconds, "Input lengths in seconds")->capture_default_str()->delimiter(',');
+  b->add_option("--runs", bench.runs, "Timed runs per direction and length (after one warm-up)")->capture_default_str();
+  b->add_option("--n-q", bench.n_q, "Codebooks")->capture_default_str();
+  b->add_option("--weights", bench.weights, "Weights [default: the full-size PRNG test weights]");
+  b->add_option("--config", bench.config, "Config for --weights");
+  b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str();
+  b->add_flag("--json", bench.json, "One JSON object on stdout");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -128,6 +139,7 @@ int main(int argc, char** argv) {
     if (*r) return runner.roundtrip(rt);
     if (*i) return runner.info(info_files);
     if (*c) return runner.convert(conv);
+    if (*b) return run_bench(bench);
     if (*g) return runner.gen_weights(gw_config, gw_dialect, gw_seed, gw_out);
   } catch (const Error& err) {
     spdlog::error("{}", err.what());

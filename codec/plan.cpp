@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "codec/error.h"
+#include "codec/profile.h"
 
 namespace mimi {
 namespace {
@@ -20,19 +21,27 @@ ConvTranspose1dShape at_length(ConvTranspose1dShape s, int64_t T) {
 
 const float* opt(const Tensor& t) { return t.empty() ? nullptr : t.data; }
 
+double conv_flops(const Conv1dShape& s) {
+  return 2.0 * double(s.out_channels) * double(s.in_channels / s.groups) * double(s.kernel) * double(s.length_out());
+}
+double convtr_flops(const ConvTranspose1dShape& s) {
+  return 2.0 * double(s.in_channels) * double(s.out_channels / s.groups) * double(s.kernel) * double(s.length_in);
+}
+
 // y [Cout, T'] = conv(x [Cin, T])
-int64_t run_conv(const Kernels& k, const Conv& c, const float* x, int64_t T, float* y) {
+int64_t run_conv(const Kernels& k, const Conv& c, const float* x, int64_t T, float* y, StageTimer& t) {
   const Conv1dShape s = at_length(c.shape, T);
   k.conv1d(s, x, c.weight.data, opt(c.bias), y);
+  t.add_flops(conv_flops(s));
   return s.length_out();
 }
 
 // x [C, T] += conv2(ELU(conv1(ELU(x)))); uses scratch b [C, T] and c [C/compress, T].
-void run_resblock(const Kernels& k, const ResBlock& r, float* x, int64_t C, int64_t T, Scratch& s) {
+void run_resblock(const Kernels& k, const ResBlock& r, float* x, int64_t C, int64_t T, Scratch& s, StageTimer& t) {
   k.elu(C * T, x, s.b.ptr());
-  run_conv(k, r.conv1, s.b.ptr(), T, s.c.ptr());
+  run_conv(k, r.conv1, s.b.ptr(), T, s.c.ptr(), t);
   k.elu(r.conv1.shape.out_channels * T, s.c.ptr(), s.c.ptr());
-  run_conv(k, r.conv2, s.c.ptr(), T, s.b.ptr());
+  run_conv(k, r.conv2, s.c.ptr(), T, s.b.ptr(), t);
   k.add_inplace(C * T, s.b.ptr(), x);
 }
 
@@ -53,7 +62,7 @@ void size_transformer_scratch(Scratch& s, const Config& c, int64_t T) {
 
 // x [D, T] through the transformer layers, in place (offline: positions start at 0).
 void run_transformer(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
-                     float* x, int64_t T, Scratch& s) {
+                     float* x, int64_t T, Scratch& s, StageTimer& t) {
   const int64_t D = c.d_model, H = c.num_heads, hd = c.head_dim(), FF = c.dim_feedforward;
   const float scale = 1.0f / std::sqrt(float(hd));
   float* q = s.qkv.ptr();
@@ -72,6 +81,8 @@ void run_transformer(const Kernels& k, const Config& c, const std::vector<Transf
     k.gelu_erf(FF * T, s.ff.ptr(), s.ff.ptr());
     k.linear(FF, D, T, L.linear2.data, s.ff.ptr(), s.o.ptr());
     k.layer_scale_add(D, T, L.scale2.data, s.o.ptr(), x);
+    const double window = double(std::min<int64_t>(T, c.context));
+    t.add_flops(2.0 * double(T) * (4.0 * D * D + 2.0 * D * FF) + 4.0 * double(T) * window * double(D));
   }
 }
 
@@ -129,20 +140,36 @@ void EncodePlan::run() {
   Scratch& s = s_;
   // SEANet encoder: conv -> [resblocks, ELU, strided conv] x 4 -> ELU -> conv
   int64_t T = samples(), C = m_.enc_in.shape.out_channels;
-  run_conv(k_, m_.enc_in, input_.ptr(), T, s.a.ptr());
+  {
+    StageTimer t(profile_, "enc.seanet.conv_in");
+    run_conv(k_, m_.enc_in, input_.ptr(), T, s.a.ptr(), t);
+  }
+  static const char* kBlocks[] = {"enc.seanet.block1", "enc.seanet.block2", "enc.seanet.block3", "enc.seanet.block4",
+                                  "enc.seanet.block5", "enc.seanet.block6"};
+  int b = 0;
   for (const EncoderStage& st : m_.enc) {
-    for (const ResBlock& r : st.res) run_resblock(k_, r, s.a.ptr(), C, T, s);
+    StageTimer t(profile_, kBlocks[std::min(b++, 5)]);
+    for (const ResBlock& r : st.res) run_resblock(k_, r, s.a.ptr(), C, T, s, t);
     k_.elu(C * T, s.a.ptr(), s.b.ptr());
-    T = run_conv(k_, st.down, s.b.ptr(), T, s.a.ptr());
+    T = run_conv(k_, st.down, s.b.ptr(), T, s.a.ptr(), t);
     C = st.down.shape.out_channels;
   }
-  k_.elu(C * T, s.a.ptr(), s.b.ptr());
-  run_conv(k_, m_.enc_out, s.b.ptr(), T, seanet_out_.ptr());
-
+  {
+    StageTimer t(profile_, "enc.seanet.conv_out");
+    k_.elu(C * T, s.a.ptr(), s.b.ptr());
+    run_conv(k_, m_.enc_out, s.b.ptr(), T, seanet_out_.ptr(), t);
+  }
   // encoder transformer (25 Hz), then downsample to the 12.5 Hz latent
-  tf_out_.data = seanet_out_.data;
-  run_transformer(k_, c, m_.enc_tf, tf_out_.ptr(), T, s);
-  run_conv(k_, m_.downsample, tf_out_.ptr(), T, latent_.ptr());
+  {
+    StageTimer t(profile_, "enc.transformer");
+    tf_out_.data = seanet_out_.data;
+    run_transformer(k_, c, m_.enc_tf, tf_out_.ptr(), T, s, t);
+  }
+  {
+    StageTimer t(profile_, "enc.downsample");
+    run_conv(k_, m_.downsample, tf_out_.ptr(), T, latent_.ptr(), t);
+  }
+  StageTimer rvq_timer(profile_, "enc.rvq");
 
   // split RVQ: both groups quantize projections of the same latent
   const int64_t F = frames_, D = c.dimension, Q = c.q_dimension;
@@ -155,6 +182,7 @@ void EncodePlan::run() {
     auto ac_e = book_ptrs(m_.acoustic, n_ac, false), ac_n = book_ptrs(m_.acoustic, n_ac, true);
     k_.rvq_encode(Q, F, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_.data() + n_sem * F);
   }
+  rvq_timer.add_flops(2.0 * double(F) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
 }
 
 const Buffer& EncodePlan::stage(const std::string& name) const {
@@ -210,35 +238,54 @@ void DecodePlan::run() {
   const int64_t F = frames_, D = c.dimension, Q = c.q_dimension;
   // quantized = out_proj_sem(e0) + out_proj_ac(e1 + e2 + ...)
   const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
-  auto sem_e = book_ptrs(m_.semantic, n_sem, false);
-  k_.rvq_decode(Q, F, c.bins, n_sem, codes_.data(), sem_e.data(), sum_.ptr());
-  k_.linear(Q, D, F, m_.semantic.output_proj.data, sum_.ptr(), quantized_.ptr());
-  if (n_ac > 0) {
-    auto ac_e = book_ptrs(m_.acoustic, n_ac, false);
-    k_.rvq_decode(Q, F, c.bins, n_ac, codes_.data() + n_sem * F, ac_e.data(), sum_.ptr());
-    k_.linear(Q, D, F, m_.acoustic.output_proj.data, sum_.ptr(), tmp_.ptr());
-    k_.add_inplace(D * F, tmp_.ptr(), quantized_.ptr());
+  {
+    StageTimer rvq_timer(profile_, "dec.rvq");
+    rvq_timer.add_flops(2.0 * double(F) * double(D) * Q * (n_ac > 0 ? 2 : 1));
+    auto sem_e = book_ptrs(m_.semantic, n_sem, false);
+    k_.rvq_decode(Q, F, c.bins, n_sem, codes_.data(), sem_e.data(), sum_.ptr());
+    k_.linear(Q, D, F, m_.semantic.output_proj.data, sum_.ptr(), quantized_.ptr());
+    if (n_ac > 0) {
+      auto ac_e = book_ptrs(m_.acoustic, n_ac, false);
+      k_.rvq_decode(Q, F, c.bins, n_ac, codes_.data() + n_sem * F, ac_e.data(), sum_.ptr());
+      k_.linear(Q, D, F, m_.acoustic.output_proj.data, sum_.ptr(), tmp_.ptr());
+      k_.add_inplace(D * F, tmp_.ptr(), quantized_.ptr());
+    }
   }
   // upsample to 25 Hz, decoder transformer
   const ConvTranspose1dShape up = at_length(m_.upsample.shape, F);
-  k_.conv_transpose1d(up, quantized_.ptr(), m_.upsample.weight.data, nullptr, upsampled_.ptr());
   int64_t T = up.length_out();
-  tf_out_.data = upsampled_.data;
-  run_transformer(k_, c, m_.dec_tf, tf_out_.ptr(), T, s);
-
+  {
+    StageTimer t(profile_, "dec.upsample");
+    k_.conv_transpose1d(up, quantized_.ptr(), m_.upsample.weight.data, nullptr, upsampled_.ptr());
+    t.add_flops(convtr_flops(up));
+  }
+  {
+    StageTimer t(profile_, "dec.transformer");
+    tf_out_.data = upsampled_.data;
+    run_transformer(k_, c, m_.dec_tf, tf_out_.ptr(), T, s, t);
+  }
   // SEANet decoder: conv -> [ELU, convtr, resblocks] x 4 -> ELU -> conv
   int64_t C = m_.dec_in.shape.out_channels;
-  run_conv(k_, m_.dec_in, tf_out_.ptr(), T, s.a.ptr());
+  {
+    StageTimer t(profile_, "dec.seanet.conv_in");
+    run_conv(k_, m_.dec_in, tf_out_.ptr(), T, s.a.ptr(), t);
+  }
+  static const char* kBlocks[] = {"dec.seanet.block1", "dec.seanet.block2", "dec.seanet.block3", "dec.seanet.block4",
+                                  "dec.seanet.block5", "dec.seanet.block6"};
+  int b = 0;
   for (const DecoderStage& st : m_.dec) {
+    StageTimer t(profile_, kBlocks[std::min(b++, 5)]);
     k_.elu(C * T, s.a.ptr(), s.b.ptr());
     const ConvTranspose1dShape sh = at_length(st.up.shape, T);
     k_.conv_transpose1d(sh, s.b.ptr(), st.up.weight.data, opt(st.up.bias), s.a.ptr());
+    t.add_flops(convtr_flops(sh));
     T = sh.length_out();
     C = sh.out_channels;
-    for (const ResBlock& r : st.res) run_resblock(k_, r, s.a.ptr(), C, T, s);
+    for (const ResBlock& r : st.res) run_resblock(k_, r, s.a.ptr(), C, T, s, t);
   }
+  StageTimer t(profile_, "dec.seanet.conv_out");
   k_.elu(C * T, s.a.ptr(), s.b.ptr());
-  run_conv(k_, m_.dec_out, s.b.ptr(), T, output_.ptr());
+  run_conv(k_, m_.dec_out, s.b.ptr(), T, output_.ptr(), t);
 }
 
 const Buffer& DecodePlan::stage(const std::string& name) const {

@@ -9,6 +9,7 @@
 
 #include "codec/device.h"
 #include "codec/model.h"
+#include "codec/profile.h"
 
 namespace mimi {
 
@@ -42,6 +43,8 @@ class EncodePlan {
   void run();
 
   const std::vector<int32_t>& codes() const { return codes_; }  // [n_q, frames]
+  // Attach a profile to time stages and count FLOPs on later runs (nullptr detaches).
+  void set_profile(Profile* p) { profile_ = p; }
   // "seanet_encoder_out", "encoder_transformer_out", "latent", "rvq_first_in", "rvq_rest_in"
   const Buffer& stage(const std::string& name) const;
 
@@ -53,6 +56,7 @@ class EncodePlan {
   Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;
   std::vector<int32_t> codes_;
   Scratch s_;
+  Profile* profile_ = nullptr;
 };
 
 class DecodePlan {
@@ -67,6 +71,7 @@ class DecodePlan {
   void run();
 
   const Buffer& output() const { return output_; }  // [1, frames * frame_size]
+  void set_profile(Profile* p) { profile_ = p; }
   // "quantized_latent", "upsampled_latent", "decoder_transformer_out", "output"
   const Buffer& stage(const std::string& name) const;
 
@@ -78,6 +83,7 @@ class DecodePlan {
   std::vector<int32_t> codes_;
   Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;
   Scratch s_;
+  Profile* profile_ = nullptr;
 };
 
 }  // namespace mimi

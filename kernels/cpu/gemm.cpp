@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <chrono>
 #include <thread>
 
 #include "kernels/cpu/threads.h"
@@ -14,16 +15,48 @@ namespace {
 using GemmFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
                         float*, int64_t, bool);
 
-GemmFn pick_gemm() {
+enum class Isa { Avx512, Avx2, Base };
+
+Isa detect_isa() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return isa_avx512::gemm_serial;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return isa_avx2::gemm_serial;
-  return isa_base::gemm_serial;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+  return Isa::Base;
+}
+
+const Isa kIsa = detect_isa();
+
+GemmFn pick_gemm() {
+  switch (kIsa) {
+    case Isa::Avx512: return isa_avx512::gemm_serial;
+    case Isa::Avx2: return isa_avx2::gemm_serial;
+    default: return isa_base::gemm_serial;
+  }
 }
 
 int g_threads = 0;  // 0 = all hardware threads
 
 }  // namespace
+
+const char* gemm_isa() { return kIsa == Isa::Avx512 ? "avx512" : kIsa == Isa::Avx2 ? "avx2" : "baseline"; }
+
+double measure_peak_gflops(int threads, double seconds) {
+  auto loop = kIsa == Isa::Avx512 ? isa_avx512::fma_loop : kIsa == Isa::Avx2 ? isa_avx2::fma_loop : isa_base::fma_loop;
+  const int vw = kIsa == Isa::Avx512 ? isa_avx512::vector_width() : kIsa == Isa::Avx2 ? isa_avx2::vector_width()
+                                                                                    : isa_base::vector_width();
+  int64_t iters = 1 << 20;
+  double elapsed = 0;
+  volatile float sink = 0;
+  for (;;) {  // grow until the timed run is long enough
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; ++t) sink = sink + loop(iters);
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (elapsed > seconds / 4 || iters > (int64_t(1) << 34)) break;
+    iters *= 4;
+  }
+  return double(threads) * double(iters) * 12.0 * vw * 2.0 / elapsed / 1e9;
+}
 
 void set_num_threads(int n) { g_threads = n < 0 ? 0 : n; }
 
@@ -32,6 +65,16 @@ int num_threads() {
   static const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
   return hw;
 }
+
+#define MIMI_DISPATCH(fn)                                                       \
+  void fn(int64_t n, const float* x, float* y) {                                \
+    static const auto f = kIsa == Isa::Avx512 ? isa_avx512::fn : kIsa == Isa::Avx2 ? isa_avx2::fn : isa_base::fn; \
+    f(n, x, y);                                                                 \
+  }
+MIMI_DISPATCH(elu_serial)
+MIMI_DISPATCH(gelu_serial)
+MIMI_DISPATCH(exp_serial)
+#undef MIMI_DISPATCH
 
 void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                  int64_t ldb, float* C, int64_t ldc, bool accumulate) {

@@ -10,16 +10,42 @@ namespace mimi::cpu {
 void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                  int64_t ldb, float* C, int64_t ldc, bool accumulate);
 
+// Vectorized elementwise math, single-threaded, dispatched like the GEMM.
+void elu_serial(int64_t n, const float* x, float* y);
+void gelu_serial(int64_t n, const float* x, float* y);
+void exp_serial(int64_t n, const float* x, float* y);
+
+// Measured float32 FMA peak of this machine with `threads` threads (GFLOP/s), using the
+// widest vector unit the GEMM dispatch picks. Takes about `seconds`.
+double measure_peak_gflops(int threads, double seconds = 0.3);
+// "avx512", "avx2" or "baseline": the micro-kernel in use.
+const char* gemm_isa();
+
 // The per-ISA entry points (kernels/cpu/gemm_isa.inc compiled three times).
 namespace isa_avx512 {
+void elu_serial(int64_t, const float*, float*);
+void gelu_serial(int64_t, const float*, float*);
+void exp_serial(int64_t, const float*, float*);
+float fma_loop(int64_t iters);
+int vector_width();
 void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
                  int64_t, bool);
 }
 namespace isa_avx2 {
+void elu_serial(int64_t, const float*, float*);
+void gelu_serial(int64_t, const float*, float*);
+void exp_serial(int64_t, const float*, float*);
+float fma_loop(int64_t iters);
+int vector_width();
 void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
                  int64_t, bool);
 }
 namespace isa_base {
+void elu_serial(int64_t, const float*, float*);
+void gelu_serial(int64_t, const float*, float*);
+void exp_serial(int64_t, const float*, float*);
+float fma_loop(int64_t iters);
+int vector_width();
 void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
                  int64_t, bool);
 }

@@ -1,4 +1,5 @@
-// GEMM micro-kernel instantiation for one instruction set (flags set in CMakeLists.txt).
+// GEMM micro-kernel and vector math for one instruction set (flags set in CMakeLists.txt).
 #define MIMI_ISA_NS isa_avx2
 #define MIMI_VW 8
+#define MIMI_MVEC(f) _ZGVdN8v_##f
 #include "kernels/cpu/gemm_isa.inc"

@@ -1,0 +1,151 @@
+#include "app/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/weights_locate.h"
+#include "codec/engine.h"
+#include "codec/test_weights.h"
+#include "codec/weights.h"
+#include "kernels/cpu/gemm.h"
+
+namespace mimi::app {
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Speech-like test signal: gliding harmonics with a syllable envelope, plus a little noise.
+std::vector<float> test_signal(int64_t n, int rate) {
+  std::vector<float> x(static_cast<size_t>(n));
+  uint64_t s = 12345;
+  for (int64_t i = 0; i < n; ++i) {
+    const double t = double(i) / rate;
+    const double f0 = 140 + 40 * std::sin(2 * M_PI * 0.7 * t);
+    const double env = 0.5 + 0.5 * std::sin(2 * M_PI * 3.0 * t);
+    double v = 0;
+    for (int h = 1; h <= 6; ++h) v += std::sin(2 * M_PI * f0 * h * t) / h;
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x[size_t(i)] = float(0.2 * env * v + 0.01 * (double(s >> 40) / 16777216.0 - 0.5));
+  }
+  return x;
+}
+
+struct Row {
+  std::string direction;
+  double seconds;
+  std::vector<double> times;
+  Profile profile;  // of the median run
+  double flops = 0;
+};
+
+}  // namespace
+
+int run_bench(const BenchOptions& o) {
+  if (o.threads > 0) cpu::set_num_threads(o.threads);
+  const int threads = cpu::num_threads();
+  std::shared_ptr<const Model> model;
+  std::string source;
+  if (o.weights.empty()) {
+    const GeneratedWeights w = generate_test_weights(test_config("full"), 1);
+    model = load_model(SafetensorsFile::from_bytes(
+                           std::make_shared<const std::vector<uint8_t>>(test_weights_file(w, Dialect::Moshi)), "prng-full"),
+                       test_config("full"));
+    source = "PRNG test weights (full config)";
+  } else {
+    LoadOptions lo;
+    if (!o.config.empty()) lo.config_path = o.config;
+    source = locate_weights(o.weights);
+    model = load_model(source, lo);
+  }
+  const double peak = cpu::measure_peak_gflops(threads);
+  Engine engine(model, EngineOptions{});
+  const Config& c = engine.config();
+  std::vector<Row> rows;
+  for (double secs : o.seconds) {
+    const int64_t n = int64_t(secs * c.sample_rate);
+    const std::vector<float> pcm = test_signal(n, c.sample_rate);
+    const int64_t F = Engine::frames_for(n, c);
+    Codes codes;
+    for (const char* dir : {"encode", "decode"}) {
+      Row r{dir, secs, {}, {}, 0};
+      const bool enc = r.direction == "encode";
+      std::vector<Profile> profiles;
+      for (int i = 0; i <= o.runs; ++i) {  // run 0 warms up (builds the plan)
+        Profile p;
+        const double t0 = now();
+        if (enc) {
+          EncodePlan& plan = engine.encode_plan(F, o.n_q);
+          plan.set_profile(o.stages ? &p : nullptr);
+          plan.bind_input(pcm.data(), n);
+          plan.run();
+          plan.set_profile(nullptr);
+          codes = Codes{o.n_q, F, plan.codes()};
+        } else {
+          DecodePlan& plan = engine.decode_plan(F, o.n_q);
+          plan.set_profile(o.stages ? &p : nullptr);
+          plan.bind_codes(codes.data.data());
+          plan.run();
+          plan.set_profile(nullptr);
+        }
+        const double dt = now() - t0;
+        if (i > 0) {
+          r.times.push_back(dt);
+          profiles.push_back(p);
+        }
+      }
+      std::vector<size_t> order(r.times.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.times[a] < r.times[b]; });
+      r.profile = profiles[order[order.size() / 2]];
+      r.flops = r.profile.total_flops();
+      rows.push_back(r);
+    }
+  }
+
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  if (o.json) {
+    nlohmann::json out = {{"threads", threads}, {"isa", cpu::gemm_isa()}, {"peak_gflops", peak}, {"weights", source},
+                          {"n_q", o.n_q}, {"results", nlohmann::json::array()}};
+    for (const Row& r : rows) {
+      nlohmann::json st = nlohmann::json::object();
+      for (const auto& [k, v] : r.profile.stages) st[k] = {{"seconds", v.seconds}, {"gflop", v.flops / 1e9}};
+      const double med = median(r.times);
+      out["results"].push_back({{"direction", r.direction}, {"audio_s", r.seconds}, {"runs", r.times.size()},
+                                {"min_s", *std::min_element(r.times.begin(), r.times.end())}, {"median_s", med},
+                                {"max_s", *std::max_element(r.times.begin(), r.times.end())},
+                                {"rtf", r.seconds / med}, {"gflop", r.flops / 1e9}, {"gflops", r.flops / med / 1e9},
+                                {"stages", st}});
+    }
+    std::cout << out.dump() << std::endl;
+    return 0;
+  }
+  std::printf("mimi bench: %s, n_q %d, %d thread(s), GEMM %s, measured FMA peak %.1f GFLOP/s\n", source.c_str(), o.n_q,
+              threads, cpu::gemm_isa(), peak);
+  std::printf("%-9s %7s %5s %8s %8s %8s %8s %8s %9s %6s\n", "direction", "audio", "runs", "min_s", "median_s", "max_s",
+              "x_realtm", "GFLOP", "GFLOP/s", "%peak");
+  for (const Row& r : rows) {
+    const double med = median(r.times);
+    std::printf("%-9s %6.0fs %5zu %8.3f %8.3f %8.3f %8.1f %8.1f %9.1f %5.1f%%\n", r.direction.c_str(), r.seconds,
+                r.times.size(), *std::min_element(r.times.begin(), r.times.end()), med,
+                *std::max_element(r.times.begin(), r.times.end()), r.seconds / med, r.flops / 1e9, r.flops / med / 1e9,
+                100.0 * r.flops / med / 1e9 / peak);
+  }
+  if (o.stages)
+    for (const Row& r : rows) {
+      std::printf("\nstages, %s %.0f s (median run):\n", r.direction.c_str(), r.seconds);
+      const double total = r.profile.total_seconds();
+      for (const auto& [k, v] : r.profile.stages)
+        std::printf("  %-22s %8.1f ms %5.1f%% %8.2f GFLOP %7.1f GFLOP/s\n", k.c_str(), v.seconds * 1e3,
+                    100 * v.seconds / total, v.flops / 1e9, v.seconds > 0 ? v.flops / v.seconds / 1e9 : 0.0);
+    }
+  return 0;
+}
+
+}  // namespace mimi::app

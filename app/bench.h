@@ -1,0 +1,22 @@
+// mimi bench: encode/decode timing table (not a test: it prints, it does not assert).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mimi::app {
+
+struct BenchOptions {
+  std::vector<double> seconds{10, 60};
+  int runs = 5;
+  int n_q = 8;
+  std::string weights;  // empty: the full-size PRNG test weights, generated in memory
+  std::string config;
+  int threads = 0;
+  bool json = false;
+  bool stages = true;
+};
+
+int run_bench(const BenchOptions& o);
+
+}  // namespace mimi::app
