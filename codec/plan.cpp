@@ -29,20 +29,21 @@ double convtr_flops(const ConvTranspose1dShape& s) {
 }
 
 // y [Cout, T'] = conv(x [Cin, T])
-int64_t run_conv(const Kernels& k, const Conv& c, const float* x, int64_t T, float* y, StageTimer& t) {
+int64_t run_conv(const Kernels& k, const Conv& c, const float* x, int64_t T, float* y, StageTimer& t,
+                 bool accumulate = false) {
   const Conv1dShape s = at_length(c.shape, T);
-  k.conv1d(s, x, c.weight.data, opt(c.bias), y);
+  k.conv1d(s, x, c.weight.data, opt(c.bias), y, accumulate);
   t.add_flops(conv_flops(s));
   return s.length_out();
 }
 
-// x [C, T] += conv2(ELU(conv1(ELU(x)))); uses scratch b [C, T] and c [C/compress, T].
+// x [C, T] += conv2(ELU(conv1(ELU(x)))); uses scratch b [C, T] and c [C/compress, T]; the
+// residual add is fused into conv2.
 void run_resblock(const Kernels& k, const ResBlock& r, float* x, int64_t C, int64_t T, Scratch& s, StageTimer& t) {
   k.elu(C * T, x, s.b.ptr());
   run_conv(k, r.conv1, s.b.ptr(), T, s.c.ptr(), t);
   k.elu(r.conv1.shape.out_channels * T, s.c.ptr(), s.c.ptr());
-  run_conv(k, r.conv2, s.c.ptr(), T, s.b.ptr(), t);
-  k.add_inplace(C * T, s.b.ptr(), x);
+  run_conv(k, r.conv2, s.c.ptr(), T, x, t, /*accumulate=*/true);
 }
 
 // Sizes the SEANet ping-pong scratch for signals up to maxCT floats.

@@ -52,9 +52,10 @@ struct ConvTranspose1dShape {
   void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,      \
             int64_t ldb, float* C, int64_t ldc, bool accumulate);                              \
                                                                                                \
-  /* x [Cin, Tin]; w [Cout, Cin/groups, K]; bias [Cout] or nullptr; y [Cout, Tout]. */          \
+  /* x [Cin, Tin]; w [Cout, Cin/groups, K]; bias [Cout] or nullptr; y [Cout, Tout].           \
+     y = conv(x) + bias, or y += conv(x) + bias when accumulate (a fused residual add). */      \
   void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias,         \
-              float* y);                                                                       \
+              float* y, bool accumulate);                                                      \
                                                                                                \
   /* x [Cin, Tin]; w [Cin, Cout/groups, K]; bias [Cout] or nullptr; y [Cout, Tin*stride]. */    \
   void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float* w,         \

@@ -109,6 +109,12 @@ TEST_CASE("conv1d: cpu vs ref") {
       {6, 9, 1, 1, 1, 3, 20, PadMode::Zero},      // pointwise, grouped
       {130, 70, 7, 1, 1, 1, 513, PadMode::Zero},  // ragged register blocks
       {2, 3, 16, 8, 1, 1, 100, PadMode::Zero},    // kernel 2*stride, T not a multiple
+      {64, 1, 3, 1, 1, 1, 5000, PadMode::Zero},   // direct path: one output channel, long
+      {1, 64, 7, 1, 1, 1, 9000, PadMode::Zero},   // direct path: one input channel
+      {3, 2, 4, 2, 1, 1, 9001, PadMode::Replicate},  // direct, strided, replicate
+      {40, 24, 5, 1, 1, 1, 700, PadMode::Zero},   // tiled path (T_out > 512)
+      {40, 24, 4, 2, 1, 1, 1100, PadMode::Replicate},  // tiled, strided, replicate
+      {24, 20, 3, 1, 2, 4, 600, PadMode::Zero},   // tiled, grouped, dilated
   };
   Rng r(2);
   for (const Case& c : cases) {
@@ -123,15 +129,22 @@ TEST_CASE("conv1d: cpu vs ref") {
       auto w = integer ? int_vec(nw, r) : random_vec(nw, r);
       auto b = integer ? int_vec(size_t(c.cout), r) : random_vec(size_t(c.cout), r);
       std::vector<float> yr(size_t(c.cout * Tout)), yc(yr.size(), NAN);
-      ref::conv1d(s, x.data(), w.data(), b.data(), yr.data());
-      cpu::conv1d(s, x.data(), w.data(), b.data(), yc.data());
+      ref::conv1d(s, x.data(), w.data(), b.data(), yr.data(), false);
+      cpu::conv1d(s, x.data(), w.data(), b.data(), yc.data(), false);
       if (integer) expect_equal(yc, yr);
       else expect_close(yc, yr, 1e-5);
       std::vector<float> yn(yr.size(), NAN), yrn(yr.size());  // without bias
-      ref::conv1d(s, x.data(), w.data(), nullptr, yrn.data());
-      cpu::conv1d(s, x.data(), w.data(), nullptr, yn.data());
+      ref::conv1d(s, x.data(), w.data(), nullptr, yrn.data(), false);
+      cpu::conv1d(s, x.data(), w.data(), nullptr, yn.data(), false);
       if (integer) expect_equal(yn, yrn);
       else expect_close(yn, yrn, 1e-5);
+      // accumulate: y += conv(x) + bias (the fused residual)
+      auto y0 = integer ? int_vec(yr.size(), r) : random_vec(yr.size(), r);
+      auto ya = y0, yb = y0;
+      ref::conv1d(s, x.data(), w.data(), b.data(), ya.data(), true);
+      cpu::conv1d(s, x.data(), w.data(), b.data(), yb.data(), true);
+      if (integer) expect_equal(yb, ya);
+      else expect_close(yb, ya, 1e-5);
     }
   }
 }
@@ -141,10 +154,10 @@ TEST_CASE("conv1d: hand-computed causal example") {
   const std::vector<float> x{1, 2, 3}, w{1, 10, 100};
   std::vector<float> y(3);
   Conv1dShape s{1, 1, 3, 1, 1, 1, 3, PadMode::Zero};
-  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data());
+  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data(), false);
   CHECK(y == std::vector<float>{100, 210, 321});
   s.pad = PadMode::Replicate;  // padding repeats x[0] = 1
-  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data());
+  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data(), false);
   CHECK(y == std::vector<float>{111, 211, 321});
 }
 

@@ -1,6 +1,11 @@
-// CPU conv1d as GEMM: y_g[Cout_g, t-tile] = W_g[Cout_g, Cin_g*K] * col[Cin_g*K, t-tile].
-// The im2col buffer is built per time tile (bounded memory, cache-sized), tiles run in parallel.
-// 1x1 convolutions skip im2col and multiply the input directly.
+// CPU conv1d. Four paths, by shape:
+//   pointwise (K = 1, stride 1): one GEMM on the input itself;
+//   few channels (Cout <= 4 or Cin*K <= 8, e.g. the first and last SEANet convs): direct
+//     loops, vectorized along time;
+//   short signals (T_out <= kWhole): one im2col of the whole signal and a threaded GEMM split
+//     over output channels, so the weights are streamed once;
+//   long signals: im2col per time tile (bounded, cache-sized), tiles in parallel.
+// Bias is the GEMM's initial value; `accumulate` adds into y instead (residual fusion).
 #include <algorithm>
 #include <vector>
 
@@ -11,15 +16,66 @@
 namespace mimi::cpu {
 namespace {
 
-constexpr int64_t kTile = 256;  // output time steps per im2col tile
+constexpr int64_t kTile = 256;   // output steps per im2col tile
+constexpr int64_t kWhole = 512;  // up to this many output steps: one whole-signal im2col
+constexpr int64_t kDirectChunk = 4096;
 
-void fill_bias(int64_t rows, int64_t cols, int64_t ld, const float* bias, float* y) {
-  for (int64_t r = 0; r < rows; ++r) std::fill(y + r * ld, y + r * ld + cols, bias ? bias[r] : 0.0f);
+void init_rows(int64_t rows, int64_t cols, int64_t ld, const float* bias, float* y, bool accumulate) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * ld;
+    if (!accumulate) std::fill(row, row + cols, bias ? bias[r] : 0.0f);
+    else if (bias)
+      for (int64_t c = 0; c < cols; ++c) row[c] += bias[r];
+  }
+}
+
+// col[(ci*K + k), j] = x[ci, (t0 + j) * stride + k * dilation - P] (pad value left of 0)
+void im2col(const Conv1dShape& s, const float* x, int64_t cin_g, int64_t t0, int64_t n, float* col) {
+  const int64_t K = s.kernel, P = s.pad_left();
+  for (int64_t ci = 0; ci < cin_g; ++ci) {
+    const float* xr = x + ci * s.length_in;
+    const float pad_value = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      float* dst = col + (ci * K + k) * n;
+      const int64_t first = t0 * s.stride + k * s.dilation - P;
+      int64_t j = 0;
+      for (; j < n && first + j * s.stride < 0; ++j) dst[j] = pad_value;
+      if (s.stride == 1) std::copy(xr + first + j, xr + first + n, dst + j);
+      else
+        for (; j < n; ++j) dst[j] = xr[first + j * s.stride];
+    }
+  }
+}
+
+void direct(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate) {
+  const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Cin = s.in_channels;
+  parallel_for(T_out, kDirectChunk, [&](int64_t t0, int64_t t1) {
+    const int64_t n = t1 - t0;
+    for (int64_t co = 0; co < s.out_channels; ++co) {
+      float* yr = y + co * T_out + t0;
+      init_rows(1, n, 0, bias ? bias + co : nullptr, yr, accumulate);
+      for (int64_t ci = 0; ci < Cin; ++ci) {
+        const float* xr = x + ci * s.length_in;
+        const float pad_value = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+          const float wv = w[(co * Cin + ci) * K + k];
+          const int64_t off = k * s.dilation - P;
+          int64_t j = 0;
+          for (; j < n && (t0 + j) * s.stride + off < 0; ++j) yr[j] += wv * pad_value;
+          const float* src = xr + t0 * s.stride + off;
+          if (s.stride == 1)
+            for (; j < n; ++j) yr[j] += wv * src[j];
+          else
+            for (; j < n; ++j) yr[j] += wv * src[j * s.stride];
+        }
+      }
+    }
+  });
 }
 
 }  // namespace
 
-void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y) {
+void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate) {
   const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups;
   const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Tin = s.length_in;
   if (T_out <= 0) return;
@@ -28,34 +84,37 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   if (K == 1 && s.stride == 1 && P == 0) {  // pointwise: the input already is the B operand
     for (int64_t g = 0; g < s.groups; ++g) {
       float* yg = y + g * cout_g * T_out;
-      fill_bias(cout_g, T_out, T_out, bias ? bias + g * cout_g : nullptr, yg);
-      gemm(cout_g, T_out, cin_g, w + g * cout_g * cin_g, cin_g, x + g * cin_g * Tin, Tin, yg,
-           T_out, true);
+      init_rows(cout_g, T_out, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
+      gemm(cout_g, T_out, cin_g, w + g * cout_g * cin_g, cin_g, x + g * cin_g * Tin, Tin, yg, T_out, true);
     }
     return;
   }
-
+  if (s.groups == 1 && (cout_g <= 4 || rows <= 8)) {
+    direct(s, x, w, bias, y, accumulate);
+    return;
+  }
+  if (T_out <= kWhole) {
+    std::vector<float> col(static_cast<size_t>(rows * T_out));  // [Cin_g*K, T_out]
+    for (int64_t g = 0; g < s.groups; ++g) {
+      parallel_for(cin_g, 16, [&](int64_t c0, int64_t c1) {
+        im2col(s, x + (g * cin_g + c0) * Tin, c1 - c0, 0, T_out, col.data() + c0 * K * T_out);
+      });
+      float* yg = y + g * cout_g * T_out;
+      init_rows(cout_g, T_out, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
+      gemm(cout_g, T_out, rows, w + g * cout_g * rows, rows, col.data(), T_out, yg, T_out, true);
+    }
+    return;
+  }
   const int64_t tiles = (T_out + kTile - 1) / kTile;
   parallel_for(tiles * s.groups, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> col;  // [Cin_g*K, kTile]
-    col.resize(size_t(rows * kTile));
+    col.resize(static_cast<size_t>(rows * kTile));
     for (int64_t job = b; job < e; ++job) {
       const int64_t g = job / tiles, t0 = (job % tiles) * kTile;
       const int64_t n = std::min(kTile, T_out - t0);
-      for (int64_t ci = 0; ci < cin_g; ++ci) {
-        const float* xr = x + (g * cin_g + ci) * Tin;
-        const float pad_value = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
-        for (int64_t k = 0; k < K; ++k) {
-          float* dst = col.data() + (ci * K + k) * n;
-          const int64_t first = t0 * s.stride + k * s.dilation - P;  // input index of column 0
-          for (int64_t j = 0; j < n; ++j) {
-            const int64_t idx = first + j * s.stride;
-            dst[j] = idx >= 0 ? xr[idx] : pad_value;
-          }
-        }
-      }
+      im2col(s, x + g * cin_g * Tin, cin_g, t0, n, col.data());
       float* yg = y + g * cout_g * T_out + t0;
-      fill_bias(cout_g, n, T_out, bias ? bias + g * cout_g : nullptr, yg);
+      init_rows(cout_g, n, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
       gemm_serial(cout_g, n, rows, w + g * cout_g * rows, rows, col.data(), n, yg, T_out, true);
     }
   });

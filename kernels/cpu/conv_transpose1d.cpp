@@ -42,17 +42,14 @@ void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float
     return;
   }
 
-  // W [Cin, Cout*K] -> Wt [Cout*K, Cin] so the GEMM reads rows of A contiguously.
+  // W [Cin, Cout*K] is the transposed A operand of Z = W^T x.
   const int64_t M = s.out_channels * K;
-  std::vector<float> wt(static_cast<size_t>(M * s.in_channels));
-  for (int64_t ci = 0; ci < s.in_channels; ++ci)
-    for (int64_t m = 0; m < M; ++m) wt[m * s.in_channels + ci] = w[ci * M + m];
 
   std::vector<float> z;  // [Cout*K, tile]
   for (int64_t t0 = 0; t0 < Tin; t0 += kTile) {
     const int64_t n = std::min(kTile, Tin - t0);
     z.resize(size_t(M * n));
-    gemm(M, n, s.in_channels, wt.data(), s.in_channels, x + t0, Tin, z.data(), n, false);
+    gemm_ta(M, n, s.in_channels, w, M, x + t0, Tin, z.data(), n, false);
     parallel_for(s.out_channels, 8, [&](int64_t c0, int64_t c1) {
       for (int64_t co = c0; co < c1; ++co) {
         float* yr = y + co * T_out;

@@ -82,28 +82,51 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, c
   fn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
+void gemm_serial_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  static const GemmFn fn = kIsa == Isa::Avx512 ? isa_avx512::gemm_serial_ta
+                           : kIsa == Isa::Avx2 ? isa_avx2::gemm_serial_ta
+                                               : isa_base::gemm_serial_ta;
+  fn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+namespace {
+
 // Splits the larger of the two output dimensions across threads; each thread runs the
 // serial kernel on its slab (B panels are then packed per thread, which costs 1/(2*rows)
 // of the arithmetic).
-void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-          float* C, int64_t ldc, bool accumulate) {
+template <bool TA>
+void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                   float* C, int64_t ldc, bool accumulate) {
+  auto serial = TA ? gemm_serial_ta : gemm_serial;
   const int64_t flops = 2 * M * N * K;
   if (num_threads() <= 1 || flops < (1 << 20)) {
-    gemm_serial(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    serial(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     return;
   }
   if (N >= M) {
     const int64_t grain = std::max<int64_t>(64, (N / (4 * num_threads()) + 63) / 64 * 64);
     parallel_for(N, grain, [&](int64_t j0, int64_t j1) {
-      gemm_serial(M, j1 - j0, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
+      serial(M, j1 - j0, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
     });
   } else {
     const int64_t grain = std::max<int64_t>(6, (M / (4 * num_threads()) + 5) / 6 * 6);
     parallel_for(M, grain, [&](int64_t i0, int64_t i1) {
-      gemm_serial(i1 - i0, N, K, A + i0 * lda, lda, B, ldb, C + i0 * ldc, ldc, accumulate);
+      serial(i1 - i0, N, K, TA ? A + i0 : A + i0 * lda, lda, B, ldb, C + i0 * ldc, ldc, accumulate);
     });
   }
 }
 
+}  // namespace
+
+void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+          float* C, int64_t ldc, bool accumulate) {
+  gemm_threaded<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+void gemm_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+             float* C, int64_t ldc, bool accumulate) {
+  gemm_threaded<true>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
 
 }  // namespace mimi::cpu

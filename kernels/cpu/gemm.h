@@ -10,6 +10,13 @@ namespace mimi::cpu {
 void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                  int64_t ldb, float* C, int64_t ldc, bool accumulate);
 
+// The same with A stored transposed: A(i, k) = A[k*lda + i] (A is K x M in memory).
+void gemm_serial_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float* C, int64_t ldc, bool accumulate);
+// Threaded versions (split over the larger output dimension).
+void gemm_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+             float* C, int64_t ldc, bool accumulate);
+
 // Vectorized elementwise math, single-threaded, dispatched like the GEMM.
 void elu_serial(int64_t n, const float* x, float* y);
 void gelu_serial(int64_t n, const float* x, float* y);
@@ -23,6 +30,8 @@ const char* gemm_isa();
 
 // The per-ISA entry points (kernels/cpu/gemm_isa.inc compiled three times).
 namespace isa_avx512 {
+void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
+                    int64_t, bool);
 void elu_serial(int64_t, const float*, float*);
 void gelu_serial(int64_t, const float*, float*);
 void exp_serial(int64_t, const float*, float*);
@@ -32,6 +41,8 @@ void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                  int64_t, bool);
 }
 namespace isa_avx2 {
+void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
+                    int64_t, bool);
 void elu_serial(int64_t, const float*, float*);
 void gelu_serial(int64_t, const float*, float*);
 void exp_serial(int64_t, const float*, float*);
@@ -41,6 +52,8 @@ void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                  int64_t, bool);
 }
 namespace isa_base {
+void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
+                    int64_t, bool);
 void elu_serial(int64_t, const float*, float*);
 void gelu_serial(int64_t, const float*, float*);
 void exp_serial(int64_t, const float*, float*);

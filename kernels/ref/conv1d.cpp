@@ -3,7 +3,8 @@
 
 namespace mimi::ref {
 
-void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y) {
+void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y,
+            bool accumulate) {
   const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups;
   const int64_t T_out = s.length_out(), P = s.pad_left();
   for (int64_t co = 0; co < s.out_channels; ++co) {
@@ -20,7 +21,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
           acc += double(w[(co * cin_g + ci) * s.kernel + k]) * double(xv);
         }
       }
-      y[co * T_out + t] = float(acc);
+      y[co * T_out + t] = accumulate ? y[co * T_out + t] + float(acc) : float(acc);
     }
   }
 }
