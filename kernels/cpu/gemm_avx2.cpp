@@ -2,4 +2,5 @@
 #define MIMI_ISA_NS isa_avx2
 #define MIMI_VW 8
 #define MIMI_MVEC(f) _ZGVdN8v_##f
+#define MIMI_MR 6
 #include "kernels/cpu/gemm_isa.inc"

@@ -2,4 +2,5 @@
 #define MIMI_ISA_NS isa_avx512
 #define MIMI_VW 16
 #define MIMI_MVEC(f) _ZGVeN16v_##f
+#define MIMI_MR 8
 #include "kernels/cpu/gemm_isa.inc"

@@ -2,4 +2,5 @@
 #define MIMI_ISA_NS isa_base
 #define MIMI_VW 4
 #define MIMI_MVEC(f) _ZGVbN4v_##f
+#define MIMI_MR 6
 #include "kernels/cpu/gemm_isa.inc"
