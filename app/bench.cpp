@@ -62,7 +62,9 @@ int run_bench(const BenchOptions& o) {
     model = load_model(source, lo);
   }
   const double peak = cpu::measure_peak_gflops(threads);
-  Engine engine(model, EngineOptions{});
+  EngineOptions eo;
+  eo.chunk_frames = o.chunk_frames;
+  Engine engine(model, eo);
   const Config& c = engine.config();
   std::vector<Row> rows;
   for (double secs : o.seconds) {
@@ -76,22 +78,16 @@ int run_bench(const BenchOptions& o) {
       std::vector<Profile> profiles;
       for (int i = 0; i <= o.runs; ++i) {  // run 0 warms up (builds the plan)
         Profile p;
+        // the engine's own chunked path, with the profile attached to its cached plan
+        const int64_t chunk = o.chunk_frames > 0 ? std::min(F, o.chunk_frames) : F;
+        if (enc) engine.encode_plan(chunk, o.n_q).set_profile(o.stages ? &p : nullptr);
+        else engine.decode_plan(chunk, o.n_q).set_profile(o.stages ? &p : nullptr);
         const double t0 = now();
-        if (enc) {
-          EncodePlan& plan = engine.encode_plan(F, o.n_q);
-          plan.set_profile(o.stages ? &p : nullptr);
-          plan.bind_input(pcm.data(), n);
-          plan.run();
-          plan.set_profile(nullptr);
-          codes = Codes{o.n_q, F, plan.codes()};
-        } else {
-          DecodePlan& plan = engine.decode_plan(F, o.n_q);
-          plan.set_profile(o.stages ? &p : nullptr);
-          plan.bind_codes(codes.data.data());
-          plan.run();
-          plan.set_profile(nullptr);
-        }
+        if (enc) codes = engine.encode(pcm.data(), n, o.n_q);
+        else engine.decode(codes);
         const double dt = now() - t0;
+        if (enc) engine.encode_plan(chunk, o.n_q).set_profile(nullptr);
+        else engine.decode_plan(chunk, o.n_q).set_profile(nullptr);
         if (i > 0) {
           r.times.push_back(dt);
           profiles.push_back(p);
@@ -111,7 +107,7 @@ int run_bench(const BenchOptions& o) {
     return v[v.size() / 2];
   };
   if (o.json) {
-    nlohmann::json out = {{"threads", threads}, {"isa", cpu::gemm_isa()}, {"peak_gflops", peak}, {"weights", source},
+    nlohmann::json out = {{"threads", threads}, {"isa", cpu::gemm_isa()}, {"peak_gflops", peak}, {"chunk_frames", o.chunk_frames}, {"weights", source},
                           {"n_q", o.n_q}, {"results", nlohmann::json::array()}};
     for (const Row& r : rows) {
       nlohmann::json st = nlohmann::json::object();
@@ -126,8 +122,8 @@ int run_bench(const BenchOptions& o) {
     std::cout << out.dump() << std::endl;
     return 0;
   }
-  std::printf("mimi bench: %s, n_q %d, %d thread(s), GEMM %s, measured FMA peak %.1f GFLOP/s\n", source.c_str(), o.n_q,
-              threads, cpu::gemm_isa(), peak);
+  std::printf("mimi bench: %s, n_q %d, %d thread(s), chunks of %lld frames, GEMM %s, measured FMA peak %.1f GFLOP/s\n",
+              source.c_str(), o.n_q, threads, (long long)o.chunk_frames, cpu::gemm_isa(), peak);
   std::printf("%-9s %7s %5s %8s %8s %8s %8s %8s %9s %6s\n", "direction", "audio", "runs", "min_s", "median_s", "max_s",
               "x_realtm", "GFLOP", "GFLOP/s", "%peak");
   for (const Row& r : rows) {

@@ -13,6 +13,7 @@ struct BenchOptions {
   std::string weights;  // empty: the full-size PRNG test weights, generated in memory
   std::string config;
   int threads = 0;
+  int64_t chunk_frames = 64;  // the engine's default
   bool json = false;
   bool stages = true;
 };

@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
   b->add_option("--weights", bench.weights, "Weights [default: the full-size PRNG test weights]");
   b->add_option("--config", bench.config, "Config for --weights");
   b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str();
+  b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")->capture_default_str();
   b->add_flag("--json", bench.json, "One JSON object on stdout");
 
   try {

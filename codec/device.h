@@ -26,6 +26,7 @@ struct Kernels {
   decltype(&cpu::elu) elu;
   decltype(&cpu::gelu_erf) gelu_erf;
   decltype(&cpu::add_inplace) add_inplace;
+  decltype(&cpu::bias_add) bias_add;
   decltype(&cpu::layer_scale_add) layer_scale_add;
   decltype(&cpu::layer_norm) layer_norm;
   decltype(&cpu::linear) linear;

@@ -1,5 +1,7 @@
 #include "codec/engine.h"
 
+#include <algorithm>
+
 #include "codec/error.h"
 
 namespace mimi {
@@ -25,11 +27,25 @@ Codes Engine::encode(const float* pcm, int64_t T, int n_q) {
   if (n_q < 1 || n_q > config().n_q)
     throw Error(ErrorKind::Usage,
                 "n_q must be in 1.." + std::to_string(config().n_q) + ", got " + std::to_string(n_q));
-  const int64_t F = frames_for(T, config());
-  EncodePlan& plan = encode_plan(F, n_q);
-  plan.bind_input(pcm, T);
-  plan.run();
-  return Codes{n_q, F, plan.codes()};
+  const int64_t F = frames_for(T, config()), fs = config().frame_size();
+  const int64_t chunk = opts_.chunk_frames > 0 ? std::min(F, opts_.chunk_frames) : F;
+  EncodePlan& plan = encode_plan(chunk, n_q);
+  plan.reset();
+  Codes out{n_q, F, std::vector<int32_t>(size_t(n_q) * size_t(F))};
+  std::vector<float> last;  // the final chunk, zero-padded to whole frames
+  for (int64_t f0 = 0; f0 < F; f0 += chunk) {
+    const int64_t n = std::min(chunk, F - f0);
+    const float* src = pcm + f0 * fs;
+    if ((f0 + n) * fs > T) {
+      last.assign(size_t(n * fs), 0.0f);
+      std::copy(src, pcm + T, last.begin());
+      src = last.data();
+    }
+    plan.push(src, n);
+    for (int k = 0; k < n_q; ++k)
+      std::copy_n(plan.codes().begin() + k * n, n, out.data.begin() + k * F + f0);
+  }
+  return out;
 }
 
 std::vector<float> Engine::decode(const Codes& codes, int n_q) {
@@ -43,10 +59,20 @@ std::vector<float> Engine::decode(const Codes& codes, int n_q) {
                                       std::to_string(config().n_q));
   if (codes.data.size() != size_t(codes.n_q) * size_t(codes.frames))
     throw Error(ErrorKind::Internal, "codes size does not match n_q x frames");
-  DecodePlan& plan = decode_plan(codes.frames, n_q);
-  plan.bind_codes(codes.data.data());  // the first n_q rows
-  plan.run();
-  return plan.output().data;
+  const int64_t F = codes.frames, fs = config().frame_size();
+  const int64_t chunk = opts_.chunk_frames > 0 ? std::min(F, opts_.chunk_frames) : F;
+  DecodePlan& plan = decode_plan(chunk, n_q);
+  plan.reset();
+  std::vector<float> out(size_t(F * fs));
+  std::vector<int32_t> part(size_t(n_q) * size_t(chunk));
+  for (int64_t f0 = 0; f0 < F; f0 += chunk) {
+    const int64_t n = std::min(chunk, F - f0);
+    for (int k = 0; k < n_q; ++k)  // the first n_q codebooks of frames [f0, f0 + n)
+      std::copy_n(codes.data.begin() + k * F + f0, n, part.begin() + k * n);
+    plan.push(part.data(), n);
+    std::copy_n(plan.output().ptr(), n * fs, out.begin() + f0 * fs);
+  }
+  return out;
 }
 
 }  // namespace mimi

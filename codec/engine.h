@@ -17,6 +17,9 @@ struct EngineOptions {
   Device device;
   size_t plan_cache_capacity = 4;  // 0 = no caching
   int threads = 0;                 // CPU threads, 0 = all
+  // Signals longer than this many 80 ms frames run through one plan in chunks of it (constant
+  // memory, one plan for any length); 0 = always one chunk.
+  int64_t chunk_frames = 64;
 };
 
 struct Codes {
@@ -33,7 +36,8 @@ class Engine {
   const Config& config() const { return model_->cfg; }
   const Device& device() const { return opts_.device; }
 
-  // F = ceil(T / frame_size) frames; the input is zero-padded to F * frame_size first.
+  // F = ceil(T / frame_size) frames; the input is zero-padded to F * frame_size first. Runs in
+  // chunks of chunk_frames through a streaming plan, which gives the offline result.
   // T = 0 and n_q outside 1..cfg.n_q throw Error(Usage).
   Codes encode(const float* pcm, int64_t T, int n_q);
   // Decodes with the first n_q codebooks (n_q <= codes.n_q; -1 = all of them).

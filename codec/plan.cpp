@@ -10,16 +10,13 @@
 namespace mimi {
 namespace {
 
-Conv1dShape at_length(Conv1dShape s, int64_t T) {
-  s.length_in = T;
-  return s;
-}
-ConvTranspose1dShape at_length(ConvTranspose1dShape s, int64_t T) {
-  s.length_in = T;
-  return s;
-}
-
 const float* opt(const Tensor& t) { return t.empty() ? nullptr : t.data; }
+
+// Sets the logical shape of a buffer allocated for the largest chunk.
+void set_shape(Buffer& b, Shape s) {
+  if (size_t(numel(s)) > b.data.size()) throw Error(ErrorKind::Internal, "plan buffer too small for " + shape_str(s));
+  b.shape = std::move(s);
+}
 
 double conv_flops(const Conv1dShape& s) {
   return 2.0 * double(s.out_channels) * double(s.in_channels / s.groups) * double(s.kernel) * double(s.length_out());
@@ -28,53 +25,115 @@ double convtr_flops(const ConvTranspose1dShape& s) {
   return 2.0 * double(s.in_channels) * double(s.out_channels / s.groups) * double(s.kernel) * double(s.length_in);
 }
 
-// y [Cout, T'] = conv(x [Cin, T])
-int64_t run_conv(const Kernels& k, const Conv& c, const float* x, int64_t T, float* y, StageTimer& t,
-                 bool accumulate = false) {
-  const Conv1dShape s = at_length(c.shape, T);
-  k.conv1d(s, x, c.weight.data, opt(c.bias), y, accumulate);
-  t.add_flops(conv_flops(s));
-  return s.length_out();
+// y [Cout, T/stride] = conv(x [Cin, T]) where the causal left context comes from `st` (zeros,
+// or the first input column repeated for replicate padding, at the start of a stream) and the
+// last P inputs are kept in `st` for the next chunk. `accumulate` adds into y (residual).
+int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x, int64_t T, float* y,
+                  Scratch& s, StageTimer& t, bool accumulate = false) {
+  Conv1dShape sh = c.shape;
+  const int64_t P = sh.context(), Cin = sh.in_channels;
+  if (P == 0) {  // no context to carry (pointwise, or kernel == stride)
+    sh.length_in = T;
+    k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate);
+    t.add_flops(conv_flops(sh));
+    return sh.length_out();
+  }
+  if (!st.started) {
+    st.hist.resize({Cin, P});
+    if (sh.pad == PadMode::Replicate)
+      for (int64_t ci = 0; ci < Cin; ++ci) std::fill_n(st.hist.ptr() + ci * P, P, x[ci * T]);
+    st.started = true;
+  }
+  const int64_t L = P + T;
+  set_shape(s.work, {Cin, L});
+  float* w = s.work.ptr();
+  for (int64_t ci = 0; ci < Cin; ++ci) {
+    std::memcpy(w + ci * L, st.hist.ptr() + ci * P, size_t(P) * sizeof(float));
+    std::memcpy(w + ci * L + P, x + ci * T, size_t(T) * sizeof(float));
+  }
+  sh.padded = false;
+  sh.length_in = L;
+  k.conv1d(sh, w, c.weight.data, opt(c.bias), y, accumulate);
+  for (int64_t ci = 0; ci < Cin; ++ci) std::memcpy(st.hist.ptr() + ci * P, w + ci * L + T, size_t(P) * sizeof(float));
+  t.add_flops(conv_flops(sh));
+  return sh.length_out();
 }
 
-// x [C, T] += conv2(ELU(conv1(ELU(x)))); uses scratch b [C, T] and c [C/compress, T]; the
-// residual add is fused into conv2.
-void run_resblock(const Kernels& k, const ResBlock& r, float* x, int64_t C, int64_t T, Scratch& s, StageTimer& t) {
+// y [Cout, T*stride] = convtr(x [Cin, T]): the untrimmed output plus the overlap carried from
+// the previous chunk; its own last K - stride outputs (incomplete) are carried on.
+int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const float* x, int64_t T, float* y,
+                    Scratch& s, StageTimer& t) {
+  ConvTranspose1dShape sh = c.shape;
+  sh.length_in = T;
+  sh.trimmed = false;
+  const int64_t Cout = sh.out_channels, L = sh.length_out(), O = sh.overlap(), Tout = T * sh.stride;
+  if (st.carry.shape.empty()) st.carry.resize({Cout, O});
+  set_shape(s.full, {Cout, L});
+  k.conv_transpose1d(sh, x, c.weight.data, nullptr, s.full.ptr());
+  for (int64_t co = 0; co < Cout; ++co) {
+    float* f = s.full.ptr() + co * L;
+    float* carry = st.carry.ptr() + co * O;
+    for (int64_t j = 0; j < O; ++j) f[j] += carry[j];  // L >= O always
+    std::memcpy(y + co * Tout, f, size_t(Tout) * sizeof(float));
+    std::memcpy(carry, f + Tout, size_t(O) * sizeof(float));
+  }
+  if (!c.bias.empty()) k.bias_add(Cout, Tout, c.bias.data, y);
+  t.add_flops(convtr_flops(sh));
+  return Tout;
+}
+
+// x [C, T] += conv2(ELU(conv1(ELU(x)))), the residual add fused into conv2.
+void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x, int64_t C, int64_t T, Scratch& s,
+                   StageTimer& t) {
   k.elu(C * T, x, s.b.ptr());
-  run_conv(k, r.conv1, s.b.ptr(), T, s.c.ptr(), t);
+  conv_step(k, r.conv1, st, s.b.ptr(), T, s.c.ptr(), s, t);
   k.elu(r.conv1.shape.out_channels * T, s.c.ptr(), s.c.ptr());
-  run_conv(k, r.conv2, s.c.ptr(), T, x, t, /*accumulate=*/true);
+  ConvState none;  // pointwise: no context
+  conv_step(k, r.conv2, none, s.c.ptr(), T, x, s, t, /*accumulate=*/true);
 }
 
-// Sizes the SEANet ping-pong scratch for signals up to maxCT floats.
-void size_seanet_scratch(Scratch& s, int64_t maxCT, int64_t compress) {
-  s.a.resize({maxCT});
-  s.b.resize({maxCT});
-  s.c.resize({(maxCT + compress - 1) / compress});
-}
-
-void size_transformer_scratch(Scratch& s, const Config& c, int64_t T) {
-  const int64_t D = c.d_model;
-  s.h.resize({D, T});
-  s.qkv.resize({3 * D, T});
-  s.o.resize({D, T});
-  s.ff.resize({c.dim_feedforward, T});
-}
-
-// x [D, T] through the transformer layers, in place (offline: positions start at 0).
-void run_transformer(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
-                     float* x, int64_t T, Scratch& s, StageTimer& t) {
+// x [D, T] through the transformer layers in place, continuing the stream in `st`.
+void transformer_step(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
+                      TransformerState& st, float* x, int64_t T, Scratch& s, StageTimer& t) {
   const int64_t D = c.d_model, H = c.num_heads, hd = c.head_dim(), FF = c.dim_feedforward;
+  const int64_t cap = c.context - 1, cached = st.cached, Tk = cached + T;
   const float scale = 1.0f / std::sqrt(float(hd));
+  if (st.k.empty()) {
+    st.k.resize(layers.size());
+    st.v.resize(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      st.k[l].resize({D, std::max<int64_t>(cap, 1)});
+      st.v[l].resize({D, std::max<int64_t>(cap, 1)});
+    }
+  }
+  set_shape(s.h, {D, T});
+  set_shape(s.o, {D, T});
+  set_shape(s.qkv, {3 * D, T});
+  set_shape(s.ff, {FF, T});
+  set_shape(s.kbuf, {D, Tk});
+  set_shape(s.vbuf, {D, Tk});
   float* q = s.qkv.ptr();
-  float* kk = q + D * T;
-  float* v = kk + D * T;
-  for (const TransformerLayer& L : layers) {
+  float* kn = q + D * T;
+  float* vn = kn + D * T;
+  const int64_t keep = std::min(cap, Tk);  // cached columns after this step
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const TransformerLayer& L = layers[l];
     k.layer_norm(D, T, x, L.norm1_w.data, L.norm1_b.data, float(c.norm_eps), s.h.ptr());
     k.linear(D, 3 * D, T, L.in_proj.data, s.h.ptr(), s.qkv.ptr());
-    k.rope(H, hd, T, 0, float(c.max_period), RopeLayout::Interleaved, q);
-    k.rope(H, hd, T, 0, float(c.max_period), RopeLayout::Interleaved, kk);
-    k.attention(H, T, T, hd, 0, 0, c.context, scale, q, kk, v, s.o.ptr());
+    k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, q);
+    k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, kn);
+    // keys/values: the cached steps, then the new ones
+    for (int64_t d = 0; d < D; ++d) {
+      std::memcpy(s.kbuf.ptr() + d * Tk, st.k[l].ptr() + d * cap, size_t(cached) * sizeof(float));
+      std::memcpy(s.kbuf.ptr() + d * Tk + cached, kn + d * T, size_t(T) * sizeof(float));
+      std::memcpy(s.vbuf.ptr() + d * Tk, st.v[l].ptr() + d * cap, size_t(cached) * sizeof(float));
+      std::memcpy(s.vbuf.ptr() + d * Tk + cached, vn + d * T, size_t(T) * sizeof(float));
+    }
+    k.attention(H, T, Tk, hd, st.pos, st.pos - cached, c.context, scale, q, s.kbuf.ptr(), s.vbuf.ptr(), s.o.ptr());
+    for (int64_t d = 0; d < D && keep > 0; ++d) {
+      std::memcpy(st.k[l].ptr() + d * cap, s.kbuf.ptr() + d * Tk + Tk - keep, size_t(keep) * sizeof(float));
+      std::memcpy(st.v[l].ptr() + d * cap, s.vbuf.ptr() + d * Tk + Tk - keep, size_t(keep) * sizeof(float));
+    }
     k.linear(D, D, T, L.out_proj.data, s.o.ptr(), s.h.ptr());
     k.layer_scale_add(D, T, L.scale1.data, s.h.ptr(), x);
     k.layer_norm(D, T, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
@@ -82,9 +141,11 @@ void run_transformer(const Kernels& k, const Config& c, const std::vector<Transf
     k.gelu_erf(FF * T, s.ff.ptr(), s.ff.ptr());
     k.linear(FF, D, T, L.linear2.data, s.ff.ptr(), s.o.ptr());
     k.layer_scale_add(D, T, L.scale2.data, s.o.ptr(), x);
-    const double window = double(std::min<int64_t>(T, c.context));
+    const double window = double(std::min<int64_t>(Tk, c.context));
     t.add_flops(2.0 * double(T) * (4.0 * D * D + 2.0 * D * FF) + 4.0 * double(T) * window * double(D));
   }
+  st.cached = keep;
+  st.pos += T;
 }
 
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq) {
@@ -99,91 +160,151 @@ void check_frames_nq(const Config& c, int64_t frames, int n_q) {
     throw Error(ErrorKind::Usage, "n_q must be in 1.." + std::to_string(c.n_q) + ", got " + std::to_string(n_q));
 }
 
+// Scratch for chunks of up to T samples (T25 transformer steps).
+void size_scratch(Scratch& s, const Model& m, int64_t T, int64_t T25) {
+  const Config& c = m.cfg;
+  int64_t maxCT = int64_t(c.dimension) * T25, work = 0, full = 0;
+  auto conv = [&](const Conv& cv, int64_t t_in) {
+    maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * (t_in / cv.shape.stride)});
+    work = std::max(work, cv.shape.in_channels * (cv.shape.context() + t_in));
+  };
+  auto convtr = [&](const ConvTr& cv, int64_t t_in) {
+    maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * t_in * cv.shape.stride});
+    full = std::max(full, cv.shape.out_channels * ((t_in - 1) * cv.shape.stride + cv.shape.kernel));
+  };
+  int64_t t = T;
+  conv(m.enc_in, t);
+  for (const EncoderStage& st : m.enc) {
+    for (const ResBlock& r : st.res) conv(r.conv1, t), conv(r.conv2, t);
+    conv(st.down, t);
+    t /= st.down.shape.stride;
+  }
+  conv(m.enc_out, t);
+  conv(m.downsample, t);
+  convtr(m.upsample, T25 / c.downsample_stride());
+  t = T25;
+  conv(m.dec_in, t);
+  for (const DecoderStage& st : m.dec) {
+    convtr(st.up, t);
+    t *= st.up.shape.stride;
+    for (const ResBlock& r : st.res) conv(r.conv1, t), conv(r.conv2, t);
+  }
+  conv(m.dec_out, t);
+  s.a.resize({maxCT});
+  s.b.resize({maxCT});
+  s.c.resize({(maxCT + c.compress - 1) / c.compress});
+  s.work.resize({std::max<int64_t>(work, 1)});
+  s.full.resize({std::max<int64_t>(full, 1)});
+  const int64_t D = c.d_model, Tk = c.context - 1 + T25;
+  s.h.resize({D, T25});
+  s.qkv.resize({3 * D, T25});
+  s.o.resize({D, T25});
+  s.ff.resize({c.dim_feedforward, T25});
+  s.kbuf.resize({D, Tk});
+  s.vbuf.resize({D, Tk});
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------- encode
 
-EncodePlan::EncodePlan(const Model& m, const Device& device, int64_t frames, int n_q)
-    : m_(m), k_(kernels_for(device)), frames_(frames), n_q_(n_q) {
+EncodePlan::EncodePlan(const Model& m, const Device& device, int64_t max_frames, int n_q)
+    : m_(m), k_(kernels_for(device)), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
   const Config& c = m.cfg;
-  check_frames_nq(c, frames, n_q);
-  const int64_t T = frames * c.frame_size();
-  const int64_t T25 = frames * c.downsample_stride();  // encoder frame rate steps
+  check_frames_nq(c, max_frames, n_q);
+  const int64_t T = max_frames * frame_size_, T25 = max_frames * c.downsample_stride();
+  size_scratch(s_, m, T, T25);
   input_.resize({1, T});
-  // Largest SEANet activation: widths double as the time axis shrinks by the ratio.
-  int64_t maxCT = c.n_filters * T, ch = c.n_filters, t = T;
-  for (auto it = c.ratios.rbegin(); it != c.ratios.rend(); ++it) {
-    ch *= 2;
-    t /= *it;
-    maxCT = std::max(maxCT, ch * t);
-  }
-  maxCT = std::max<int64_t>(maxCT, int64_t(c.dimension) * T25);
-  size_seanet_scratch(s_, maxCT, c.compress);
-  size_transformer_scratch(s_, c, T25);
   seanet_out_.resize({c.dimension, T25});
   tf_out_.resize({c.dimension, T25});
-  latent_.resize({c.dimension, frames});
-  first_in_.resize({c.q_dimension, frames});
-  rest_in_.resize({c.q_dimension, frames});
-  codes_.assign(size_t(n_q) * size_t(frames), 0);
+  latent_.resize({c.dimension, max_frames});
+  first_in_.resize({c.q_dimension, max_frames});
+  rest_in_.resize({c.q_dimension, max_frames});
+  codes_.reserve(size_t(n_q) * size_t(max_frames));
+  reset();
+}
+
+void EncodePlan::reset() {
+  conv_in_ = ConvState{};
+  conv_out_ = ConvState{};
+  down_ = ConvState{};
+  res_.assign(m_.enc.size() * size_t(m_.cfg.n_residual_layers), ConvState{});
+  stride_.assign(m_.enc.size(), ConvState{});
+  tf_ = TransformerState{};
 }
 
 void EncodePlan::bind_input(const float* pcm, int64_t T) {
   if (T < 1 || T > samples())
-    throw Error(ErrorKind::Usage, "encode plan for " + std::to_string(samples()) + " samples got " +
-                                      std::to_string(T));
+    throw Error(ErrorKind::Usage, "encode plan for " + std::to_string(samples()) + " samples got " + std::to_string(T));
+  bound_frames_ = (T + frame_size_ - 1) / frame_size_;
   std::memcpy(input_.ptr(), pcm, size_t(T) * sizeof(float));
-  std::fill(input_.data.begin() + T, input_.data.end(), 0.0f);
+  std::fill(input_.data.begin() + T, input_.data.begin() + bound_frames_ * frame_size_, 0.0f);
 }
 
 void EncodePlan::run() {
+  if (bound_frames_ < 1) throw Error(ErrorKind::Usage, "encode plan: bind_input before run");
+  reset();
+  push(input_.ptr(), bound_frames_);
+}
+
+void EncodePlan::push(const float* pcm, int64_t n) {
+  if (n < 1 || n > max_frames_)
+    throw Error(ErrorKind::Usage, "encode plan takes 1.." + std::to_string(max_frames_) + " frames per push, got " +
+                                      std::to_string(n));
   const Config& c = m_.cfg;
   Scratch& s = s_;
-  // SEANet encoder: conv -> [resblocks, ELU, strided conv] x 4 -> ELU -> conv
-  int64_t T = samples(), C = m_.enc_in.shape.out_channels;
+  int64_t T = n * frame_size_, C = m_.enc_in.shape.out_channels;
+  if (pcm != input_.ptr()) std::memcpy(input_.ptr(), pcm, size_t(T) * sizeof(float));
+  set_shape(input_, {1, T});
   {
     StageTimer t(profile_, "enc.seanet.conv_in");
-    run_conv(k_, m_.enc_in, input_.ptr(), T, s.a.ptr(), t);
+    conv_step(k_, m_.enc_in, conv_in_, input_.ptr(), T, s.a.ptr(), s, t);
   }
   static const char* kBlocks[] = {"enc.seanet.block1", "enc.seanet.block2", "enc.seanet.block3", "enc.seanet.block4",
                                   "enc.seanet.block5", "enc.seanet.block6"};
-  int b = 0;
-  for (const EncoderStage& st : m_.enc) {
-    StageTimer t(profile_, kBlocks[std::min(b++, 5)]);
-    for (const ResBlock& r : st.res) run_resblock(k_, r, s.a.ptr(), C, T, s, t);
+  size_t r = 0;
+  for (size_t b = 0; b < m_.enc.size(); ++b) {
+    const EncoderStage& st = m_.enc[b];
+    StageTimer t(profile_, kBlocks[std::min<size_t>(b, 5)]);
+    for (const ResBlock& rb : st.res) resblock_step(k_, rb, res_[r++], s.a.ptr(), C, T, s, t);
     k_.elu(C * T, s.a.ptr(), s.b.ptr());
-    T = run_conv(k_, st.down, s.b.ptr(), T, s.a.ptr(), t);
+    T = conv_step(k_, st.down, stride_[b], s.b.ptr(), T, s.a.ptr(), s, t);
     C = st.down.shape.out_channels;
   }
+  const int64_t D = c.dimension, Q = c.q_dimension;
+  set_shape(seanet_out_, {D, T});
   {
     StageTimer t(profile_, "enc.seanet.conv_out");
     k_.elu(C * T, s.a.ptr(), s.b.ptr());
-    run_conv(k_, m_.enc_out, s.b.ptr(), T, seanet_out_.ptr(), t);
+    conv_step(k_, m_.enc_out, conv_out_, s.b.ptr(), T, seanet_out_.ptr(), s, t);
   }
   // encoder transformer (25 Hz), then downsample to the 12.5 Hz latent
+  set_shape(tf_out_, {D, T});
   {
     StageTimer t(profile_, "enc.transformer");
-    tf_out_.data = seanet_out_.data;
-    run_transformer(k_, c, m_.enc_tf, tf_out_.ptr(), T, s, t);
+    std::memcpy(tf_out_.ptr(), seanet_out_.ptr(), size_t(D * T) * sizeof(float));
+    transformer_step(k_, c, m_.enc_tf, tf_, tf_out_.ptr(), T, s, t);
   }
+  set_shape(latent_, {D, n});
   {
     StageTimer t(profile_, "enc.downsample");
-    run_conv(k_, m_.downsample, tf_out_.ptr(), T, latent_.ptr(), t);
+    conv_step(k_, m_.downsample, down_, tf_out_.ptr(), T, latent_.ptr(), s, t);
   }
-  StageTimer rvq_timer(profile_, "enc.rvq");
-
   // split RVQ: both groups quantize projections of the same latent
-  const int64_t F = frames_, D = c.dimension, Q = c.q_dimension;
-  k_.linear(D, Q, F, m_.semantic.input_proj.data, latent_.ptr(), first_in_.ptr());
-  k_.linear(D, Q, F, m_.acoustic.input_proj.data, latent_.ptr(), rest_in_.ptr());
+  StageTimer rvq_timer(profile_, "enc.rvq");
+  set_shape(first_in_, {Q, n});
+  set_shape(rest_in_, {Q, n});
+  k_.linear(D, Q, n, m_.semantic.input_proj.data, latent_.ptr(), first_in_.ptr());
+  k_.linear(D, Q, n, m_.acoustic.input_proj.data, latent_.ptr(), rest_in_.ptr());
+  codes_.resize(size_t(n_q_) * size_t(n));
   const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
   auto sem_e = book_ptrs(m_.semantic, n_sem, false), sem_n = book_ptrs(m_.semantic, n_sem, true);
-  k_.rvq_encode(Q, F, c.bins, n_sem, first_in_.ptr(), sem_e.data(), sem_n.data(), codes_.data());
+  k_.rvq_encode(Q, n, c.bins, n_sem, first_in_.ptr(), sem_e.data(), sem_n.data(), codes_.data());
   if (n_ac > 0) {
     auto ac_e = book_ptrs(m_.acoustic, n_ac, false), ac_n = book_ptrs(m_.acoustic, n_ac, true);
-    k_.rvq_encode(Q, F, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_.data() + n_sem * F);
+    k_.rvq_encode(Q, n, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_.data() + n_sem * n);
   }
-  rvq_timer.add_flops(2.0 * double(F) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
+  rvq_timer.add_flops(2.0 * double(n) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
 }
 
 const Buffer& EncodePlan::stage(const std::string& name) const {
@@ -198,95 +319,104 @@ const Buffer& EncodePlan::stage(const std::string& name) const {
 
 // ---------------------------------------------------------------------------------- decode
 
-DecodePlan::DecodePlan(const Model& m, const Device& device, int64_t frames, int n_q)
-    : m_(m), k_(kernels_for(device)), frames_(frames), n_q_(n_q) {
+DecodePlan::DecodePlan(const Model& m, const Device& device, int64_t max_frames, int n_q)
+    : m_(m), k_(kernels_for(device)), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
   const Config& c = m.cfg;
-  check_frames_nq(c, frames, n_q);
-  const int64_t T25 = frames * c.downsample_stride(), T = frames * c.frame_size();
-  codes_.assign(size_t(n_q) * size_t(frames), 0);
-  sum_.resize({c.q_dimension, frames});
-  quantized_.resize({c.dimension, frames});
-  tmp_.resize({c.dimension, frames});
+  check_frames_nq(c, max_frames, n_q);
+  const int64_t T25 = max_frames * c.downsample_stride(), T = max_frames * frame_size_;
+  size_scratch(s_, m, T, T25);
+  codes_.assign(size_t(n_q) * size_t(max_frames), 0);
+  sum_.resize({c.q_dimension, max_frames});
+  quantized_.resize({c.dimension, max_frames});
+  tmp_.resize({c.dimension, max_frames});
   upsampled_.resize({c.dimension, T25});
   tf_out_.resize({c.dimension, T25});
   output_.resize({1, T});
-  int64_t ch = int64_t(c.n_filters) << c.ratios.size(), t = T25;
-  int64_t maxCT = ch * t;
-  for (int r : c.ratios) {
-    ch /= 2;
-    t *= r;
-    maxCT = std::max(maxCT, ch * t);
-  }
-  size_seanet_scratch(s_, maxCT, c.compress);
-  size_transformer_scratch(s_, c, T25);
+  reset();
+}
+
+void DecodePlan::reset() {
+  up_ = ConvTrState{};
+  conv_in_ = ConvState{};
+  conv_out_ = ConvState{};
+  convtr_.assign(m_.dec.size(), ConvTrState{});
+  res_.assign(m_.dec.size() * size_t(m_.cfg.n_residual_layers), ConvState{});
+  tf_ = TransformerState{};
 }
 
 void DecodePlan::bind_codes(const int32_t* codes) {
-  const int bins = m_.cfg.bins;
-  for (size_t i = 0; i < codes_.size(); ++i) {
-    if (codes[i] < 0 || codes[i] >= bins)
-      throw Error(ErrorKind::Input, "code " + std::to_string(codes[i]) + " at codebook " +
-                                        std::to_string(i / size_t(frames_)) + ", frame " +
-                                        std::to_string(i % size_t(frames_)) + " is outside [0, " +
-                                        std::to_string(bins) + ")");
-    codes_[i] = codes[i];
-  }
+  std::memcpy(codes_.data(), codes, codes_.size() * sizeof(int32_t));
 }
 
 void DecodePlan::run() {
+  reset();
+  const std::vector<int32_t> all = codes_;
+  push(all.data(), max_frames_);
+}
+
+void DecodePlan::push(const int32_t* codes, int64_t n) {
+  if (n < 1 || n > max_frames_)
+    throw Error(ErrorKind::Usage, "decode plan takes 1.." + std::to_string(max_frames_) + " frames per push, got " +
+                                      std::to_string(n));
   const Config& c = m_.cfg;
+  const int bins = c.bins;
+  for (int64_t i = 0; i < int64_t(n_q_) * n; ++i)
+    if (codes[i] < 0 || codes[i] >= bins)
+      throw Error(ErrorKind::Input, "code " + std::to_string(codes[i]) + " at codebook " + std::to_string(i / n) +
+                                        ", frame " + std::to_string(i % n) + " is outside [0, " + std::to_string(bins) +
+                                        ")");
   Scratch& s = s_;
-  const int64_t F = frames_, D = c.dimension, Q = c.q_dimension;
+  const int64_t D = c.dimension, Q = c.q_dimension;
   // quantized = out_proj_sem(e0) + out_proj_ac(e1 + e2 + ...)
   const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
+  set_shape(quantized_, {D, n});
   {
     StageTimer rvq_timer(profile_, "dec.rvq");
-    rvq_timer.add_flops(2.0 * double(F) * double(D) * Q * (n_ac > 0 ? 2 : 1));
+    rvq_timer.add_flops(2.0 * double(n) * double(D) * Q * (n_ac > 0 ? 2 : 1));
     auto sem_e = book_ptrs(m_.semantic, n_sem, false);
-    k_.rvq_decode(Q, F, c.bins, n_sem, codes_.data(), sem_e.data(), sum_.ptr());
-    k_.linear(Q, D, F, m_.semantic.output_proj.data, sum_.ptr(), quantized_.ptr());
+    k_.rvq_decode(Q, n, bins, n_sem, codes, sem_e.data(), sum_.ptr());
+    k_.linear(Q, D, n, m_.semantic.output_proj.data, sum_.ptr(), quantized_.ptr());
     if (n_ac > 0) {
       auto ac_e = book_ptrs(m_.acoustic, n_ac, false);
-      k_.rvq_decode(Q, F, c.bins, n_ac, codes_.data() + n_sem * F, ac_e.data(), sum_.ptr());
-      k_.linear(Q, D, F, m_.acoustic.output_proj.data, sum_.ptr(), tmp_.ptr());
-      k_.add_inplace(D * F, tmp_.ptr(), quantized_.ptr());
+      k_.rvq_decode(Q, n, bins, n_ac, codes + n_sem * n, ac_e.data(), sum_.ptr());
+      k_.linear(Q, D, n, m_.acoustic.output_proj.data, sum_.ptr(), tmp_.ptr());
+      k_.add_inplace(D * n, tmp_.ptr(), quantized_.ptr());
     }
   }
   // upsample to 25 Hz, decoder transformer
-  const ConvTranspose1dShape up = at_length(m_.upsample.shape, F);
-  int64_t T = up.length_out();
+  int64_t T = n * c.downsample_stride();
+  set_shape(upsampled_, {D, T});
+  set_shape(tf_out_, {D, T});
   {
     StageTimer t(profile_, "dec.upsample");
-    k_.conv_transpose1d(up, quantized_.ptr(), m_.upsample.weight.data, nullptr, upsampled_.ptr());
-    t.add_flops(convtr_flops(up));
+    convtr_step(k_, m_.upsample, up_, quantized_.ptr(), n, upsampled_.ptr(), s, t);
   }
   {
     StageTimer t(profile_, "dec.transformer");
-    tf_out_.data = upsampled_.data;
-    run_transformer(k_, c, m_.dec_tf, tf_out_.ptr(), T, s, t);
+    std::memcpy(tf_out_.ptr(), upsampled_.ptr(), size_t(D * T) * sizeof(float));
+    transformer_step(k_, c, m_.dec_tf, tf_, tf_out_.ptr(), T, s, t);
   }
   // SEANet decoder: conv -> [ELU, convtr, resblocks] x 4 -> ELU -> conv
   int64_t C = m_.dec_in.shape.out_channels;
   {
     StageTimer t(profile_, "dec.seanet.conv_in");
-    run_conv(k_, m_.dec_in, tf_out_.ptr(), T, s.a.ptr(), t);
+    conv_step(k_, m_.dec_in, conv_in_, tf_out_.ptr(), T, s.a.ptr(), s, t);
   }
   static const char* kBlocks[] = {"dec.seanet.block1", "dec.seanet.block2", "dec.seanet.block3", "dec.seanet.block4",
                                   "dec.seanet.block5", "dec.seanet.block6"};
-  int b = 0;
-  for (const DecoderStage& st : m_.dec) {
-    StageTimer t(profile_, kBlocks[std::min(b++, 5)]);
+  size_t r = 0;
+  for (size_t b = 0; b < m_.dec.size(); ++b) {
+    const DecoderStage& st = m_.dec[b];
+    StageTimer t(profile_, kBlocks[std::min<size_t>(b, 5)]);
     k_.elu(C * T, s.a.ptr(), s.b.ptr());
-    const ConvTranspose1dShape sh = at_length(st.up.shape, T);
-    k_.conv_transpose1d(sh, s.b.ptr(), st.up.weight.data, opt(st.up.bias), s.a.ptr());
-    t.add_flops(convtr_flops(sh));
-    T = sh.length_out();
-    C = sh.out_channels;
-    for (const ResBlock& r : st.res) run_resblock(k_, r, s.a.ptr(), C, T, s, t);
+    T = convtr_step(k_, st.up, convtr_[b], s.b.ptr(), T, s.a.ptr(), s, t);
+    C = st.up.shape.out_channels;
+    for (const ResBlock& rb : st.res) resblock_step(k_, rb, res_[r++], s.a.ptr(), C, T, s, t);
   }
+  set_shape(output_, {1, T});
   StageTimer t(profile_, "dec.seanet.conv_out");
   k_.elu(C * T, s.a.ptr(), s.b.ptr());
-  run_conv(k_, m_.dec_out, s.b.ptr(), T, output_.ptr(), t);
+  conv_step(k_, m_.dec_out, conv_out_, s.b.ptr(), T, output_.ptr(), s, t);
 }
 
 const Buffer& DecodePlan::stage(const std::string& name) const {

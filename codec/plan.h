@@ -1,6 +1,15 @@
-// Encode and decode plans. Lifecycle: build (shapes resolved for a fixed frame count and n_q,
-// every intermediate buffer allocated once) -> bind inputs -> run -> read outputs; run as often
-// as you like. Stage outputs stay readable after run() so tests can compare layer by layer.
+// Encode and decode plans, streaming by construction.
+//
+// Lifecycle: build (for a device, a maximum chunk of `max_frames` 80 ms frames and n_q: shapes
+// resolved, every buffer allocated once) -> reset() -> push() chunk after chunk -> read outputs.
+// A plan carries exactly the state the offline computation needs across a chunk boundary: each
+// causal conv's left context, each transposed conv's overlap, each transformer layer's keys and
+// values of the last context-1 steps, and the RoPE position. So pushing a signal in chunks of
+// any size gives the offline result (up to float summation order), and one plan serves any
+// length in constant memory.
+//
+// bind_input()/bind_codes() + run() is the one-chunk (whole signal) case; stage outputs of the
+// last push stay readable so tests can compare layer by layer.
 #pragma once
 
 #include <cstdint>
@@ -14,75 +23,114 @@
 namespace mimi {
 
 struct Buffer {
-  Shape shape;              // [C, T]
-  std::vector<float> data;  // row-major
+  Shape shape;              // logical shape of the current contents, e.g. [C, T]
+  std::vector<float> data;  // capacity for the largest chunk; numel(shape) valid floats
   void resize(Shape s) {
     shape = std::move(s);
     data.assign(size_t(numel(shape)), 0.0f);
   }
   float* ptr() { return data.data(); }
   const float* ptr() const { return data.data(); }
+  int64_t size() const { return numel(shape); }
 };
 
-// Scratch shared by the SEANet and transformer runs of a plan.
+struct ConvState {  // the last P = context() inputs of a causal conv
+  Buffer hist;      // [Cin, P]
+  bool started = false;
+};
+
+struct ConvTrState {  // the overlap of a transposed conv not yet complete
+  Buffer carry;       // [Cout, K - stride]
+};
+
+struct TransformerState {
+  std::vector<Buffer> k, v;  // per layer [D, context-1]: keys (after RoPE) and values
+  int64_t cached = 0;        // valid columns in k/v
+  int64_t pos = 0;           // steps processed (the RoPE offset)
+};
+
 struct Scratch {
-  Buffer a, b, c;                  // SEANet ping-pong: a, b [maxC, maxT], c half of that
-  Buffer h, qkv, o, ff;            // transformer: [D,T], [3D,T], [D,T], [FF,T]
+  Buffer a, b, c;             // SEANet ping-pong: a, b [maxC * maxT], c half of that
+  Buffer work;                // conv input with its left context, [Cin, P + T]
+  Buffer full;                // untrimmed transposed-conv output
+  Buffer h, qkv, o, ff;       // transformer: [D,T], [3D,T], [D,T], [FF,T]
+  Buffer kbuf, vbuf;          // [D, context-1 + T]: cached then new keys/values
 };
 
 class EncodePlan {
  public:
-  EncodePlan(const Model& model, const Device& device, int64_t frames, int n_q);
+  EncodePlan(const Model& model, const Device& device, int64_t max_frames, int n_q);
 
-  int64_t frames() const { return frames_; }
+  int64_t max_frames() const { return max_frames_; }
+  int64_t frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
-  int64_t samples() const { return input_.shape[1]; }  // frames * frame_size
+  int64_t samples() const { return max_frames_ * frame_size_; }
 
-  // Copies pcm[0:T] (T <= samples()) and zero-pads to samples().
+  void reset();  // forget all stream state: the next push starts a new signal
+  // Encodes the next `frames` (1..max_frames) frames: pcm holds frames * frame_size samples.
+  void push(const float* pcm, int64_t frames);
+  const std::vector<int32_t>& codes() const { return codes_; }  // [n_q, frames of the last push]
+
+  // Whole signal: copies pcm[0:T] (1 <= T <= samples()), zero-pads to whole frames; run()
+  // then encodes it from a fresh state in one push of ceil(T / frame_size) frames.
   void bind_input(const float* pcm, int64_t T);
   void run();
 
-  const std::vector<int32_t>& codes() const { return codes_; }  // [n_q, frames]
-  // Attach a profile to time stages and count FLOPs on later runs (nullptr detaches).
-  void set_profile(Profile* p) { profile_ = p; }
-  // "seanet_encoder_out", "encoder_transformer_out", "latent", "rvq_first_in", "rvq_rest_in"
+  // Of the last push: "input", "seanet_encoder_out", "encoder_transformer_out", "latent",
+  // "rvq_first_in", "rvq_rest_in"
   const Buffer& stage(const std::string& name) const;
+  void set_profile(Profile* p) { profile_ = p; }
 
  private:
   const Model& m_;
   const Kernels& k_;
-  int64_t frames_;
+  int64_t max_frames_, frame_size_;
   int n_q_;
+  int64_t bound_frames_ = 0;
   Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;
   std::vector<int32_t> codes_;
   Scratch s_;
+  ConvState conv_in_, conv_out_, down_;
+  std::vector<ConvState> res_, stride_;  // per resblock conv1 and per strided conv
+  TransformerState tf_;
   Profile* profile_ = nullptr;
 };
 
 class DecodePlan {
  public:
-  DecodePlan(const Model& model, const Device& device, int64_t frames, int n_q);
+  DecodePlan(const Model& model, const Device& device, int64_t max_frames, int n_q);
 
-  int64_t frames() const { return frames_; }
+  int64_t max_frames() const { return max_frames_; }
+  int64_t frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
 
-  // codes [n_q, frames]; every value must be in [0, bins) (checked, throws Error(Input)).
+  void reset();
+  // Decodes the next `frames` frames: codes [n_q, frames] (row stride `frames`), every value in
+  // [0, bins) (checked, throws Error(Input)). Output: frames * frame_size samples.
+  void push(const int32_t* codes, int64_t frames);
+  const Buffer& output() const { return output_; }  // [1, frames * frame_size] of the last push
+
+  // Whole signal: codes [n_q, max_frames]; run() decodes them from a fresh state.
   void bind_codes(const int32_t* codes);
   void run();
 
-  const Buffer& output() const { return output_; }  // [1, frames * frame_size]
-  void set_profile(Profile* p) { profile_ = p; }
-  // "quantized_latent", "upsampled_latent", "decoder_transformer_out", "output"
+  // Of the last push: "quantized_latent", "upsampled_latent", "decoder_transformer_out", "output"
   const Buffer& stage(const std::string& name) const;
+  void set_profile(Profile* p) { profile_ = p; }
 
  private:
   const Model& m_;
   const Kernels& k_;
-  int64_t frames_;
+  int64_t max_frames_, frame_size_;
   int n_q_;
   std::vector<int32_t> codes_;
   Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;
   Scratch s_;
+  ConvTrState up_;
+  ConvState conv_in_, conv_out_;
+  std::vector<ConvTrState> convtr_;
+  std::vector<ConvState> res_;
+  TransformerState tf_;
   Profile* profile_ = nullptr;
 };
 

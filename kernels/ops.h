@@ -23,13 +23,17 @@ enum class RopeLayout { Interleaved, RotateHalf };
 // Causal 1-D convolution (moshi StreamingConv1d, offline, non-streaming).
 //   left padding P = (K-1)*dilation + 1 - stride, no right padding;
 //   T_out = (T_in + P - ((K-1)*dilation + 1)) / stride + 1   (floor), 0 if negative.
+// With padded = false there is no padding at all ("valid"): streaming supplies the left
+// context itself, as the first P input columns.
 struct Conv1dShape {
   int64_t in_channels = 1, out_channels = 1, kernel = 1, stride = 1, dilation = 1, groups = 1;
   int64_t length_in = 0;
   PadMode pad = PadMode::Zero;
+  bool padded = true;
 
   int64_t span() const { return (kernel - 1) * dilation + 1; }
-  int64_t pad_left() const { return span() - stride; }
+  int64_t context() const { return span() - stride; }  // P, the causal left context
+  int64_t pad_left() const { return padded ? context() : 0; }
   int64_t length_out() const {
     const int64_t padded = length_in + pad_left();
     return padded < span() ? 0 : (padded - span()) / stride + 1;
@@ -39,11 +43,15 @@ struct Conv1dShape {
 // Transposed 1-D convolution with the causal right trim of moshi StreamingConvTranspose1d:
 // the full output has (T_in-1)*stride + K samples; the last `trim_right` (= K - stride) are
 // dropped, so T_out = T_in * stride.
+// With trimmed = false the whole (T_in-1)*stride + K outputs are produced (streaming keeps the
+// last K - stride as the overlap carried into the next chunk).
 struct ConvTranspose1dShape {
   int64_t in_channels = 1, out_channels = 1, kernel = 1, stride = 1, groups = 1;
   int64_t length_in = 0;
+  bool trimmed = true;
 
-  int64_t trim_right() const { return kernel - stride; }
+  int64_t overlap() const { return kernel - stride; }
+  int64_t trim_right() const { return trimmed ? overlap() : 0; }
   int64_t length_out() const { return (length_in - 1) * stride + kernel - trim_right(); }
 };
 
@@ -57,7 +65,7 @@ struct ConvTranspose1dShape {
   void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias,         \
               float* y, bool accumulate);                                                      \
                                                                                                \
-  /* x [Cin, Tin]; w [Cin, Cout/groups, K]; bias [Cout] or nullptr; y [Cout, Tin*stride]. */    \
+  /* x [Cin, Tin]; w [Cin, Cout/groups, K]; bias [Cout] or nullptr; y [Cout, length_out()]. */ \
   void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float* w,         \
                         const float* bias, float* y);                                          \
                                                                                                \
@@ -69,6 +77,9 @@ struct ConvTranspose1dShape {
                                                                                                \
   /* y += x, n elements. */                                                                    \
   void add_inplace(int64_t n, const float* x, float* y);                                       \
+                                                                                               \
+  /* y[c, t] += bias[c]; y [C, T]. */                                                          \
+  void bias_add(int64_t C, int64_t T, const float* bias, float* y);                            \
                                                                                                \
   /* Residual with layer scale: y[c,t] += scale[c] * x[c,t]; x, y [C, T]. */                   \
   void layer_scale_add(int64_t C, int64_t T, const float* scale, const float* x, float* y);    \

@@ -50,7 +50,7 @@ void run_config(const std::string& config, Dialect dialect, const std::string& d
     auto check = [&](const std::string& stage, const Buffer& got) {
       if (!golden.has(stage)) return;
       const Tensor g = golden.to_f32(stage);
-      const StageError e = compare_stage(got.ptr(), int64_t(got.data.size()), g.data, g.size());
+      const StageError e = compare_stage(got.ptr(), got.size(), g.data, g.size());
       INFO(stage << ": shape " << shape_str(got.shape) << " vs golden " << shape_str(g.shape));
       REQUIRE(e.shape_ok);
       INFO(stage << ": max|c-g| = " << e.max_abs << ", max|g| = " << e.max_ref

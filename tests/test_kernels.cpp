@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -146,6 +147,46 @@ TEST_CASE("conv1d: cpu vs ref") {
       if (integer) expect_equal(yb, ya);
       else expect_close(yb, ya, 1e-5);
     }
+  }
+}
+
+TEST_CASE("conv1d: valid (unpadded) mode equals the padded conv of the context-prefixed input") {
+  Rng r(21);
+  for (auto [cin, cout, k, stride, T] : {std::array<int64_t, 5>{3, 5, 3, 1, 10}, {4, 6, 8, 4, 16}, {2, 3, 4, 2, 6}}) {
+    Conv1dShape padded{cin, cout, k, stride, 1, 1, T, PadMode::Zero};
+    const int64_t P = padded.context();
+    auto x = random_vec(size_t(cin * T), r), w = random_vec(size_t(cout * cin * k), r), b = random_vec(size_t(cout), r);
+    std::vector<float> xp(size_t(cin * (P + T)), 0.0f);  // P zero columns, then x
+    for (int64_t c = 0; c < cin; ++c) std::copy(x.begin() + c * T, x.begin() + (c + 1) * T, xp.begin() + c * (P + T) + P);
+    Conv1dShape valid = padded;
+    valid.padded = false;
+    valid.length_in = P + T;
+    REQUIRE(valid.length_out() == padded.length_out());
+    for (auto* conv : {&ref::conv1d, &cpu::conv1d}) {
+      std::vector<float> a(size_t(cout * padded.length_out())), c(a.size());
+      (*conv)(padded, x.data(), w.data(), b.data(), a.data(), false);
+      (*conv)(valid, xp.data(), w.data(), b.data(), c.data(), false);
+      expect_close(c, a, 1e-6);
+    }
+  }
+}
+
+TEST_CASE("conv_transpose1d: untrimmed output and bias_add") {
+  Rng r(22);
+  for (auto [cin, cout, k, stride, groups, T] : {std::array<int64_t, 6>{4, 2, 16, 8, 1, 3}, {6, 6, 4, 2, 6, 5}, {5, 3, 12, 6, 1, 1}}) {
+    ConvTranspose1dShape s{cin, cout, k, stride, groups, T};
+    s.trimmed = false;
+    CHECK(s.length_out() == (T - 1) * stride + k);
+    auto x = random_vec(size_t(cin * T), r), w = random_vec(size_t(cin * (cout / groups) * k), r);
+    std::vector<float> a(size_t(cout * s.length_out())), c(a.size(), NAN);
+    ref::conv_transpose1d(s, x.data(), w.data(), nullptr, a.data());
+    cpu::conv_transpose1d(s, x.data(), w.data(), nullptr, c.data());
+    expect_close(c, a, 1e-5);
+    auto b = random_vec(size_t(cout), r);
+    auto a2 = a, c2 = a;
+    ref::bias_add(cout, s.length_out(), b.data(), a2.data());
+    cpu::bias_add(cout, s.length_out(), b.data(), c2.data());
+    expect_equal(c2, a2);
   }
 }
 

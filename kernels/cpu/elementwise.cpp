@@ -10,6 +10,13 @@ void add_inplace(int64_t n, const float* x, float* y) {
   });
 }
 
+void bias_add(int64_t C, int64_t T, const float* bias, float* y) {
+  parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t t = 0; t < T; ++t) y[c * T + t] += bias[c];
+  });
+}
+
 void layer_scale_add(int64_t C, int64_t T, const float* scale, const float* x, float* y) {
   parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
