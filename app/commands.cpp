@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/file_io.h"
+#include "app/stream.h"
 #include "app/weights_locate.h"
 #include "codec/error.h"
 #include "codec/test_weights.h"
@@ -119,6 +120,26 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
 }
 
 int App::encode(const EncodeOptions& o) {
+  if (o.stream) {
+    if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
+    StreamEncodeOptions so;
+    so.input = o.inputs[0];
+    so.format = o.format.empty() ? "mimi" : (o.format == "txt" ? "text" : o.format);
+    so.out = output_path(so.input, o.out, so.format == "text" ? ".txt" : ".mimi");
+    so.raw = RawFormat{o.raw_format, o.raw_rate, o.raw_channels};
+    so.n_q = o.n_q;
+    so.force = common_.force;
+    if (so.out == "-" && common_.json) throw Error(ErrorKind::Usage, "--json cannot share stdout with -o -");
+    Engine& eng = engine();
+    const StreamStats st = stream_encode(eng, so);
+    const double seconds = double(st.samples) / eng.config().sample_rate;
+    spdlog::info("{} -> {}: streamed {} frames ({:.2f} s), compute {:.2f} ms per frame on average, {:.2f} ms at most",
+                 so.input, so.out, st.frames, seconds, 1e3 * st.compute_s / double(std::max<int64_t>(st.frames, 1)),
+                 1e3 * st.max_frame_s);
+    emit({{"input", so.input}, {"output", so.out}, {"status", "ok"}, {"seconds", seconds}, {"frames", st.frames},
+          {"n_q", so.n_q}, {"compute_s", st.compute_s}, {"max_frame_s", st.max_frame_s}, {"load_s", load_seconds_}});
+    return kOk;
+  }
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = now();
     const Audio audio = read_audio(read_input(in), in);
@@ -228,6 +249,26 @@ Decoded decode_tokens(Engine& eng, const TokenFile& t, const DecodeOptions& o, i
 
 int App::decode(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
+  if (o.stream) {
+    if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
+    StreamDecodeOptions so;
+    so.input = o.inputs[0];
+    so.out = output_path(so.input, o.out, ".wav");
+    so.raw_sample = o.raw_format;
+    so.sample_format = o.sample_format == "s24" ? throw Error(ErrorKind::Usage, "--stream writes s16 or f32") : o.sample_format;
+    so.n_q = o.n_q;
+    so.force = common_.force;
+    so.allow_weights_mismatch = o.allow_weights_mismatch;
+    if (so.out == "-" && common_.json) throw Error(ErrorKind::Usage, "--json cannot share stdout with -o -");
+    Engine& eng = engine();
+    const StreamStats st = stream_decode(eng, so);
+    spdlog::info("{} -> {}: streamed {} frames, compute {:.2f} ms per frame on average, {:.2f} ms at most", so.input,
+                 so.out, st.frames, 1e3 * st.compute_s / double(std::max<int64_t>(st.frames, 1)), 1e3 * st.max_frame_s);
+    emit({{"input", so.input}, {"output", so.out}, {"status", "ok"}, {"frames", st.frames},
+          {"seconds", double(st.samples) / eng.config().sample_rate}, {"compute_s", st.compute_s},
+          {"max_frame_s", st.max_frame_s}, {"load_s", load_seconds_}});
+    return kOk;
+  }
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = now();
     const TokenFile t = read_token_input(in, o.recover);

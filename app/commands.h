@@ -39,6 +39,9 @@ struct EncodeOptions {
   int n_q = 8;
   std::string format;  // empty: from the output extension, else mimi
   bool split_channels = false;
+  bool stream = false;
+  std::string raw_format;
+  int raw_rate = 24000, raw_channels = 1;
 };
 
 struct DecodeOptions {
@@ -48,6 +51,8 @@ struct DecodeOptions {
   std::string sample_format = "s16";
   std::string sample_rate;  // empty = 24000; a number; or "source"
   bool no_trim = false, recover = false, allow_weights_mismatch = false;
+  bool stream = false;
+  std::string raw_format;  // stream output: "" = WAV, s16le or f32le
 };
 
 struct ConvertOptions {

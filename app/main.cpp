@@ -72,6 +72,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mimi", "npy", "safetensors", "text", "txt"}));
   e->add_flag("--split-channels", enc.split_channels,
               "Encode each channel separately (outputs <stem>.ch<i>.<ext>); by default channels are averaged to mono");
+  e->add_flag("--stream", enc.stream,
+              "Real-time pipe mode: read PCM as it arrives (WAV, or raw with --raw-format) and write each "
+              "frame's codes (.mimi chunk or text line) as soon as it is complete");
+  e->add_option("--raw-format", enc.raw_format, "Headerless input PCM for --stream: s16le, s24le, s32le, f32le")
+      ->check(CLI::IsMember({"s16le", "s24le", "s32le", "f32le"}));
+  e->add_option("--raw-rate", enc.raw_rate, "Sample rate of raw input")->capture_default_str();
+  e->add_option("--raw-channels", enc.raw_channels, "Channels of raw input (averaged)")->capture_default_str();
   add_common(e, common);
   e->footer("Input is downmixed to mono (channel average) and resampled to 24 kHz with soxr (very high quality);\n"
             "24 kHz input passes through untouched.");
@@ -82,6 +89,11 @@ int main(int argc, char** argv) {
   d->add_option("--n-q", dec.n_q, "Decode with the first N codebooks [default: all in the file]")->check(CLI::Range(1, 32));
   d->add_flag("--recover", dec.recover, "Decode the good prefix of a damaged or truncated .mimi file");
   d->add_flag("--allow-weights-mismatch", dec.allow_weights_mismatch, "Decode tokens made with other weights (warns)");
+  d->add_flag("--stream", dec.stream,
+              "Real-time pipe mode: decode a .mimi or text token stream frame by frame as it arrives "
+              "(WAV with an open-ended header, or raw with --raw-format; whole frames, no trimming)");
+  d->add_option("--raw-format", dec.raw_format, "Headerless output PCM for --stream: s16le or f32le")
+      ->check(CLI::IsMember({"s16le", "f32le"}));
   add_decode_outputs(d, dec);
   add_common(d, common);
 

@@ -314,3 +314,46 @@ TEST_CASE("format: .mimi packs 11-bit codes, 10 s at n_q 8 is 1100 bit/s plus th
   CHECK(!part.complete);
   CHECK(part.codes.frames == 125);
 }
+
+TEST_CASE("cli: --stream in a real pipe gives the offline codes and audio") {
+  Sandbox box;
+  const std::vector<float> speech = golden_input("speech");
+  write_wav(box / "speech.wav", speech, 24000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  {
+    std::ofstream raw(box / "speech.f32", std::ios::binary);
+    raw.write(reinterpret_cast<const char*>(speech.data()), std::streamsize(speech.size() * 4));
+  }
+  Run r = box.sh("cat speech.wav | mimi encode --stream - -o - --format text > s.txt && mimi encode speech.wav -o o.txt -q");
+  REQUIRE(r.code == 0);
+  CHECK(slurp(box / "s.txt") == slurp(box / "o.txt"));
+  r = box.sh("cat speech.f32 | mimi encode --stream - --raw-format f32le -o - > r.mimi");
+  REQUIRE(r.code == 0);
+  const app::TokenFile t = tokens(box / "r.mimi");
+  const SafetensorsFile g = SafetensorsFile::open(data_dir() + "/tiny/cases/speech.safetensors");
+  CHECK(t.codes.data == g.to_i32("codes"));
+  CHECK(t.meta.original_samples == int64_t(speech.size()));
+  // decode --stream: whole frames, frame by frame; equal to the offline decode of the same codes
+  r = box.sh("cat r.mimi | mimi decode --stream - -o - --sample-format f32 > s.wav && "
+             "mimi decode r.mimi -o o.wav --no-trim --sample-format f32 -q");
+  REQUIRE(r.code == 0);
+  CHECK(wav_info(box / "s.wav").frames == 27 * 1920);
+  auto read = [](const fs::path& p) {
+    SF_INFO info{};
+    SNDFILE* f = sf_open(p.c_str(), SFM_READ, &info);
+    std::vector<float> y(size_t(info.frames));
+    sf_readf_float(f, y.data(), info.frames);
+    sf_close(f);
+    return y;
+  };
+  const auto a = read(box / "s.wav"), b = read(box / "o.wav");
+  REQUIRE(a.size() == b.size());
+  double worst = 0, mx = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+    mx = std::max(mx, double(std::fabs(b[i])));
+  }
+  CHECK(worst <= 1e-4 * mx + 1e-5);
+  // a truncated stream is an input error
+  r = box.sh("head -c 200 r.mimi | mimi decode --stream - -o - > /dev/null");
+  CHECK(r.code == 3);
+}

@@ -1,0 +1,42 @@
+// Real-time pipe mode: `mimi encode --stream` and `mimi decode --stream`. Audio or tokens are
+// read as they arrive and every 80 ms frame is written (and flushed) as soon as it is complete.
+#pragma once
+
+#include <string>
+
+#include "codec/engine.h"
+
+namespace mimi::app {
+
+struct RawFormat {
+  std::string sample;  // "" = WAV with a header; else s16le, s24le, s32le, f32le
+  int rate = 24000;
+  int channels = 1;
+};
+
+struct StreamEncodeOptions {
+  std::string input = "-", out = "-", format = "mimi";  // format: mimi or text
+  RawFormat raw;
+  int n_q = 8;
+  int64_t max_chunk = 8;  // frames per push when input arrives faster than real time
+  bool force = false;
+};
+
+struct StreamDecodeOptions {
+  std::string input = "-", out = "-";
+  std::string raw_sample;  // "" = WAV (header with unknown length on pipes); else s16le / f32le
+  std::string sample_format = "s16";
+  int n_q = -1;
+  bool force = false;
+  bool allow_weights_mismatch = false;
+};
+
+struct StreamStats {
+  int64_t frames = 0, samples = 0;
+  double compute_s = 0, max_frame_s = 0;
+};
+
+StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o);
+StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o);
+
+}  // namespace mimi::app
