@@ -140,29 +140,54 @@ int App::encode(const EncodeOptions& o) {
           {"n_q", so.n_q}, {"compute_s", st.compute_s}, {"max_frame_s", st.max_frame_s}, {"load_s", load_seconds_}});
     return kOk;
   }
+  if (o.split_channels && std::count(o.inputs.begin(), o.inputs.end(), std::string("-")))
+    throw Error(ErrorKind::Usage, "--split-channels needs file inputs, not stdin");
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = now();
-    const Audio audio = read_audio(read_input(in), in);
-    if (audio.frames == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
-    Engine& eng = engine();
-    const int rate = eng.config().sample_rate;
-    std::vector<int> channels = {-1};  // -1 = downmix
-    if (o.split_channels) {
-      channels.clear();
-      for (int c = 0; c < audio.channels; ++c) channels.push_back(c);
-    }
-    for (int ch : channels) {
-      const std::vector<float> pcm = resample(ch < 0 ? downmix(audio) : channel_of(audio, ch), audio.sample_rate, rate);
+    int channels = 1;
+    if (o.split_channels) channels = AudioReader(in).channels();  // a file: reopened per channel
+    for (int ch = o.split_channels ? 0 : -1; ch < (o.split_channels ? channels : 0); ++ch) {  // -1: the downmix
+      AudioReader reader(in);
+      Engine& eng = engine();
+      const int rate = eng.config().sample_rate;
+      StreamResampler rs(reader.sample_rate(), rate);
+      EncoderSession session(eng, o.n_q);
+      std::vector<float> block, mono, pcm;
+      double compute = 0;
+      auto feed = [&] {
+        const double c0 = now();
+        if (!pcm.empty()) session.feed(pcm.data(), int64_t(pcm.size()));
+        compute += now() - c0;
+        pcm.clear();
+      };
+      int64_t got;
+      while ((got = reader.read(block, 1 << 16)) > 0) {
+        mono.resize(size_t(got));
+        for (int64_t i = 0; i < got; ++i) {
+          if (ch >= 0) {
+            mono[size_t(i)] = block[size_t(i * reader.channels() + ch)];
+          } else {
+            float s = 0.0f;
+            for (int c = 0; c < reader.channels(); ++c) s += block[size_t(i * reader.channels() + c)];
+            mono[size_t(i)] = s / float(reader.channels());
+          }
+        }
+        rs.process(mono.data(), mono.size(), pcm);
+        feed();
+      }
+      rs.process(nullptr, 0, pcm);
+      feed();
+      if (session.samples() == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
       const double c0 = now();
       TokenFile t;
-      t.codes = eng.encode(pcm.data(), int64_t(pcm.size()), o.n_q);
-      const double compute = now() - c0;
+      t.codes = session.finish();
+      compute += now() - c0;
       t.meta.sample_rate = rate;
       t.meta.frame_rate = eng.config().frame_rate;
       t.meta.codebook_size = eng.config().bins;
-      t.meta.original_samples = int64_t(pcm.size());
-      t.meta.source_sample_rate = audio.sample_rate;
-      t.meta.source_channels = audio.channels;
+      t.meta.original_samples = session.samples();
+      t.meta.source_sample_rate = reader.sample_rate();
+      t.meta.source_channels = reader.channels();
       if (ch >= 0) t.meta.channel = ch;
       t.meta.weights_fingerprint = eng.model().fingerprint;
       t.meta.tool_version = MIMI_VERSION;
@@ -172,11 +197,10 @@ int App::encode(const EncodeOptions& o) {
       std::string path = output_path(in, o.out, ext);
       if (ch >= 0 && !o.out.empty() && o.out != "-" && !is_directory_target(o.out))
         path = (fs::path(o.out).parent_path() / (fs::path(o.out).stem().string() + ext)).string();
-      if (ch >= 0 && path == "-" && channels.size() > 1)
-        throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
+      if (ch >= 0 && path == "-") throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
       const std::vector<uint8_t> bytes = write_tokens(t, fmt);
       write_output(path, bytes, common_.force);
-      const double seconds = double(pcm.size()) / rate;
+      const double seconds = double(session.samples()) / rate;
       spdlog::info("{} -> {}: {:.2f} s, {} frames x {} codebooks, {:.0f} bit/s, {:.1f}x real time", in, path, seconds,
                    t.codes.frames, t.codes.n_q, 8.0 * double(bytes.size()) / seconds, seconds / compute);
       emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},
@@ -189,15 +213,9 @@ int App::encode(const EncodeOptions& o) {
 
 namespace {
 
-// Token file -> audio bytes, shared by decode and roundtrip.
-struct Decoded {
-  std::vector<float> pcm;
-  int rate = 0;
-  double compute = 0;
-};
-
-Decoded decode_tokens(Engine& eng, const TokenFile& t, const DecodeOptions& o, int n_q_default, bool allow_mismatch,
-                      const std::string& what) {
+// Checks tokens against the loaded model; returns the codebooks to decode with.
+int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default, bool allow_mismatch,
+                 const std::string& what) {
   const Config& c = eng.config();
   if (t.meta.codebook_size != c.bins && !t.meta.weights_fingerprint.empty())
     throw Error(ErrorKind::Input, what + ": codebook size " + std::to_string(t.meta.codebook_size) +
@@ -212,37 +230,69 @@ Decoded decode_tokens(Engine& eng, const TokenFile& t, const DecodeOptions& o, i
                                           "); pass --allow-weights-mismatch to decode anyway");
     spdlog::warn("{}: made with other weights (fingerprint {}), decoding anyway", what, t.meta.weights_fingerprint);
   }
-  int n_q = o.n_q > 0 ? o.n_q : std::min(n_q_default > 0 ? n_q_default : t.codes.n_q, t.codes.n_q);
+  const int n_q = n_q_flag > 0 ? n_q_flag : std::min(n_q_default > 0 ? n_q_default : t.codes.n_q, t.codes.n_q);
   if (n_q > t.codes.n_q)
     throw Error(ErrorKind::Usage, what + ": --n-q " + std::to_string(n_q) + " but the file holds " +
                                       std::to_string(t.codes.n_q) + " codebooks");
   if (t.codes.n_q > c.n_q)
     throw Error(ErrorKind::Input, what + ": " + std::to_string(t.codes.n_q) + " codebooks, the model has " +
                                       std::to_string(c.n_q));
-  Decoded d;
-  const double c0 = now();
-  d.pcm = eng.decode(t.codes, n_q);
-  d.compute = now() - c0;
-  if (!o.no_trim && t.meta.original_samples && *t.meta.original_samples < int64_t(d.pcm.size()))
-    d.pcm.resize(size_t(*t.meta.original_samples));
-  d.rate = c.sample_rate;
-  if (!o.sample_rate.empty()) {
-    int to = 0;
-    if (o.sample_rate == "source") {
-      if (!t.meta.source_sample_rate) throw Error(ErrorKind::Input, what + ": the token file does not record the source rate");
-      to = *t.meta.source_sample_rate;
-    } else {
-      try {
-        to = std::stoi(o.sample_rate);
-      } catch (...) {
-      }
-      if (to < 1000 || to > 768000)
-        throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz or 'source', got '" + o.sample_rate + "'");
-    }
-    d.pcm = resample(d.pcm, c.sample_rate, to);
-    d.rate = to;
+  return n_q;
+}
+
+int output_rate(const Config& c, const TokenFile& t, const std::string& flag, const std::string& what) {
+  if (flag.empty()) return c.sample_rate;
+  if (flag == "source") {
+    if (!t.meta.source_sample_rate) throw Error(ErrorKind::Input, what + ": the token file does not record the source rate");
+    return *t.meta.source_sample_rate;
   }
-  return d;
+  int to = 0;
+  try {
+    to = std::stoi(flag);
+  } catch (...) {
+  }
+  if (to < 1000 || to > 768000)
+    throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz or 'source', got '" + flag + "'");
+  return to;
+}
+
+struct DecodeResult {
+  int64_t samples = 0;
+  int rate = 0;
+  uint64_t bytes = 0;
+  double compute = 0;
+};
+
+// Codes -> audio file, chunk by chunk: trimmed to the original length unless no_trim,
+// resampled to `rate` when asked; constant memory for file outputs.
+DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const DecodeOptions& o, SampleFormat sf,
+                            const std::string& path, bool force, const std::string& what) {
+  const Config& c = eng.config();
+  DecodeResult r;
+  r.rate = output_rate(c, t, o.sample_rate, what);
+  AudioWriter w(path, r.rate, sf, force);
+  StreamResampler rs(c.sample_rate, r.rate);
+  int64_t remaining = !o.no_trim && t.meta.original_samples ? *t.meta.original_samples : INT64_MAX;
+  std::vector<float> tmp;
+  double busy = 0;
+  const double t0 = now();
+  eng.decode_chunks(t.codes, n_q, [&](const float* y, int64_t n) {
+    const double w0 = now();
+    const int64_t take = std::min(n, remaining);
+    remaining -= take;
+    tmp.clear();
+    rs.process(y, size_t(take), tmp);
+    w.write(tmp.data(), int64_t(tmp.size()));
+    r.samples += int64_t(tmp.size());
+    busy += now() - w0;
+  });
+  r.compute = now() - t0 - busy;
+  tmp.clear();
+  rs.process(nullptr, 0, tmp);
+  w.write(tmp.data(), int64_t(tmp.size()));
+  r.samples += int64_t(tmp.size());
+  r.bytes = w.finish();
+  return r;
 }
 
 }  // namespace
@@ -255,7 +305,8 @@ int App::decode(const DecodeOptions& o) {
     so.input = o.inputs[0];
     so.out = output_path(so.input, o.out, ".wav");
     so.raw_sample = o.raw_format;
-    so.sample_format = o.sample_format == "s24" ? throw Error(ErrorKind::Usage, "--stream writes s16 or f32") : o.sample_format;
+    if (o.sample_format == "s24") throw Error(ErrorKind::Usage, "--stream writes s16 or f32");
+    so.sample_format = o.sample_format;
     so.n_q = o.n_q;
     so.force = common_.force;
     so.allow_weights_mismatch = o.allow_weights_mismatch;
@@ -273,17 +324,15 @@ int App::decode(const DecodeOptions& o) {
     const double t0 = now();
     const TokenFile t = read_token_input(in, o.recover);
     Engine& eng = engine();
-    const Decoded d = decode_tokens(eng, t, o, -1, o.allow_weights_mismatch, in);
+    const int n_q = check_tokens(eng, t, o.n_q, -1, o.allow_weights_mismatch, in);
     const std::string path = output_path(in, o.out, ".wav");
-    const std::vector<uint8_t> bytes = write_audio(d.pcm, d.rate, sf, container_for(path));
-    write_output(path, bytes, common_.force);
+    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in);
     const double seconds = double(t.codes.frames) * eng.config().frame_size() / eng.config().sample_rate;
     spdlog::info("{} -> {}: {} frames, {:.2f} s at {} Hz, {:.1f}x real time", in, path, t.codes.frames,
-                 double(d.pcm.size()) / d.rate, d.rate, seconds / d.compute);
-    emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", double(d.pcm.size()) / d.rate},
-          {"frames", t.codes.frames}, {"n_q", o.n_q > 0 ? o.n_q : t.codes.n_q}, {"bytes", bytes.size()},
-          {"sample_rate", d.rate}, {"wall_s", now() - t0}, {"load_s", load_seconds_}, {"compute_s", d.compute},
-          {"rtf", seconds / d.compute}});
+                 double(d.samples) / d.rate, d.rate, seconds / d.compute);
+    emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", double(d.samples) / d.rate},
+          {"frames", t.codes.frames}, {"n_q", n_q}, {"bytes", d.bytes}, {"sample_rate", d.rate},
+          {"wall_s", now() - t0}, {"load_s", load_seconds_}, {"compute_s", d.compute}, {"rtf", seconds / d.compute}});
   });
 }
 
@@ -291,30 +340,45 @@ int App::roundtrip(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = now();
-    const Audio audio = read_audio(read_input(in), in);
-    if (audio.frames == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
+    AudioReader reader(in);
     Engine& eng = engine();
     const int rate = eng.config().sample_rate;
-    const std::vector<float> pcm = resample(downmix(audio), audio.sample_rate, rate);
     const int n_q = o.n_q > 0 ? o.n_q : std::min(8, eng.config().n_q);
+    StreamResampler rs(reader.sample_rate(), rate);
+    EncoderSession session(eng, n_q);
+    std::vector<float> block, mono, pcm;
+    int64_t got;
+    double enc = 0;
+    while ((got = reader.read(block, 1 << 16)) > 0) {
+      mono.assign(size_t(got), 0.0f);
+      for (int64_t i = 0; i < got; ++i) {
+        for (int c = 0; c < reader.channels(); ++c) mono[size_t(i)] += block[size_t(i * reader.channels() + c)];
+        mono[size_t(i)] /= float(reader.channels());
+      }
+      pcm.clear();
+      rs.process(mono.data(), mono.size(), pcm);
+      const double c0 = now();
+      session.feed(pcm.data(), int64_t(pcm.size()));
+      enc += now() - c0;
+    }
+    pcm.clear();
+    rs.process(nullptr, 0, pcm);
+    session.feed(pcm.data(), int64_t(pcm.size()));
+    if (session.samples() == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
     const double c0 = now();
     TokenFile t;
-    t.codes = eng.encode(pcm.data(), int64_t(pcm.size()), n_q);
-    const double enc = now() - c0;
-    t.meta.original_samples = int64_t(pcm.size());
-    t.meta.source_sample_rate = audio.sample_rate;
+    t.codes = session.finish();
+    enc += now() - c0;
+    t.meta.original_samples = session.samples();
+    t.meta.source_sample_rate = reader.sample_rate();
     t.meta.codebook_size = eng.config().bins;
-    DecodeOptions d_opts = o;
-    d_opts.n_q = n_q;
-    const Decoded d = decode_tokens(eng, t, d_opts, n_q, true, in);
     const std::string path = output_path(in, o.out, ".roundtrip.wav");
-    const std::vector<uint8_t> bytes = write_audio(d.pcm, d.rate, sf, container_for(path));
-    write_output(path, bytes, common_.force);
-    const double seconds = double(pcm.size()) / rate;
+    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in);
+    const double seconds = double(session.samples()) / rate;
     spdlog::info("{} -> {}: {:.2f} s, {} codebooks, encode {:.1f}x / decode {:.1f}x real time", in, path, seconds, n_q,
                  seconds / enc, seconds / d.compute);
     emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},
-          {"n_q", n_q}, {"bytes", bytes.size()}, {"wall_s", now() - t0}, {"load_s", load_seconds_},
+          {"n_q", n_q}, {"bytes", d.bytes}, {"wall_s", now() - t0}, {"load_s", load_seconds_},
           {"compute_s", enc + d.compute}, {"encode_s", enc}, {"decode_s", d.compute}, {"rtf", seconds / (enc + d.compute)}});
   });
 }

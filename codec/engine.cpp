@@ -24,27 +24,58 @@ DecodePlan& Engine::decode_plan(int64_t frames, int n_q) {
 
 Codes Engine::encode(const float* pcm, int64_t T, int n_q) {
   if (T < 1) throw Error(ErrorKind::Usage, "cannot encode an empty signal (0 samples)");
-  if (n_q < 1 || n_q > config().n_q)
-    throw Error(ErrorKind::Usage,
-                "n_q must be in 1.." + std::to_string(config().n_q) + ", got " + std::to_string(n_q));
-  const int64_t F = frames_for(T, config()), fs = config().frame_size();
-  const int64_t chunk = opts_.chunk_frames > 0 ? std::min(F, opts_.chunk_frames) : F;
-  EncodePlan& plan = encode_plan(chunk, n_q);
-  plan.reset();
-  Codes out{n_q, F, std::vector<int32_t>(size_t(n_q) * size_t(F))};
-  std::vector<float> last;  // the final chunk, zero-padded to whole frames
-  for (int64_t f0 = 0; f0 < F; f0 += chunk) {
-    const int64_t n = std::min(chunk, F - f0);
-    const float* src = pcm + f0 * fs;
-    if ((f0 + n) * fs > T) {
-      last.assign(size_t(n * fs), 0.0f);
-      std::copy(src, pcm + T, last.begin());
-      src = last.data();
+  EncoderSession session(*this, n_q);
+  session.feed(pcm, T);
+  return session.finish();
+}
+
+EncoderSession::EncoderSession(Engine& engine, int n_q)
+    : engine_(engine), n_q_(n_q), frame_size_(engine.config().frame_size()) {
+  const Config& c = engine.config();
+  if (n_q < 1 || n_q > c.n_q)
+    throw Error(ErrorKind::Usage, "n_q must be in 1.." + std::to_string(c.n_q) + ", got " + std::to_string(n_q));
+  chunk_ = engine.options().chunk_frames > 0 ? engine.options().chunk_frames : 0;
+  rows_.resize(size_t(n_q));
+}
+
+void EncoderSession::feed(const float* pcm, int64_t n) {
+  pending_.insert(pending_.end(), pcm, pcm + n);
+  samples_ += n;
+  if (chunk_ > 0) encode_pending(false);
+}
+
+void EncoderSession::encode_pending(bool final) {
+  const int64_t whole = int64_t(pending_.size()) / frame_size_;
+  // chunked: only full chunks until the end; one-chunk mode: everything at the end
+  const int64_t max = chunk_ > 0 ? chunk_ : std::max<int64_t>(whole + (final ? 1 : 0), 1);
+  int64_t done = 0;
+  while (true) {
+    const int64_t left = int64_t(pending_.size()) - done;
+    int64_t n = std::min(left / frame_size_, max);
+    if (!final && n < max) break;
+    if (final && n == 0) {
+      if (left == 0) break;
+      pending_.resize(size_t(done + frame_size_), 0.0f);  // zero-pad the last partial frame
+      n = 1;
     }
-    plan.push(src, n);
-    for (int k = 0; k < n_q; ++k)
-      std::copy_n(plan.codes().begin() + k * n, n, out.data.begin() + k * F + f0);
+    if (!plan_) {  // one plan for the whole session, from a fresh state
+      plan_ = &engine_.encode_plan(max, n_q_);
+      plan_->reset();
+    }
+    EncodePlan& plan = *plan_;
+    plan.push(pending_.data() + done, n);
+    for (int k = 0; k < n_q_; ++k) rows_[size_t(k)].insert(rows_[size_t(k)].end(), plan.codes().begin() + k * n,
+                                                          plan.codes().begin() + (k + 1) * n);
+    done += n * frame_size_;
   }
+  pending_.erase(pending_.begin(), pending_.begin() + done);
+}
+
+Codes EncoderSession::finish() {
+  if (samples_ < 1) throw Error(ErrorKind::Usage, "cannot encode an empty signal (0 samples)");
+  encode_pending(true);
+  Codes out{n_q_, int64_t(rows_[0].size()), {}};
+  for (const auto& r : rows_) out.data.insert(out.data.end(), r.begin(), r.end());
   return out;
 }
 
@@ -59,20 +90,28 @@ std::vector<float> Engine::decode(const Codes& codes, int n_q) {
                                       std::to_string(config().n_q));
   if (codes.data.size() != size_t(codes.n_q) * size_t(codes.frames))
     throw Error(ErrorKind::Internal, "codes size does not match n_q x frames");
+  std::vector<float> out;
+  out.reserve(size_t(codes.frames * config().frame_size()));
+  decode_chunks(codes, n_q, [&](const float* y, int64_t n) { out.insert(out.end(), y, y + n); });
+  return out;
+}
+
+void Engine::decode_chunks(const Codes& codes, int n_q, const std::function<void(const float*, int64_t)>& sink) {
+  if (n_q < 0) n_q = codes.n_q;
+  if (n_q < 1 || n_q > codes.n_q || codes.frames < 1 || codes.data.size() != size_t(codes.n_q) * size_t(codes.frames))
+    throw Error(ErrorKind::Usage, "decode_chunks: bad codes or n_q");
   const int64_t F = codes.frames, fs = config().frame_size();
   const int64_t chunk = opts_.chunk_frames > 0 ? std::min(F, opts_.chunk_frames) : F;
   DecodePlan& plan = decode_plan(chunk, n_q);
   plan.reset();
-  std::vector<float> out(size_t(F * fs));
   std::vector<int32_t> part(size_t(n_q) * size_t(chunk));
   for (int64_t f0 = 0; f0 < F; f0 += chunk) {
     const int64_t n = std::min(chunk, F - f0);
     for (int k = 0; k < n_q; ++k)  // the first n_q codebooks of frames [f0, f0 + n)
       std::copy_n(codes.data.begin() + k * F + f0, n, part.begin() + k * n);
     plan.push(part.data(), n);
-    std::copy_n(plan.output().ptr(), n * fs, out.begin() + f0 * fs);
+    sink(plan.output().ptr(), n * fs);
   }
-  return out;
 }
 
 }  // namespace mimi

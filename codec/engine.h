@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,27 @@ struct Codes {
   std::vector<int32_t> data;  // [n_q, frames], codebook 0 = semantic
 };
 
+class Engine;
+
+// Incremental encoding that gives exactly Engine::encode's result: feed samples in pieces of any
+// size; complete frames are encoded chunk by chunk; finish() pads the last partial frame.
+class EncoderSession {
+ public:
+  EncoderSession(Engine& engine, int n_q);
+  void feed(const float* pcm, int64_t n);
+  Codes finish();
+  int64_t samples() const { return samples_; }
+
+ private:
+  void encode_pending(bool final);
+  Engine& engine_;
+  int n_q_;
+  int64_t chunk_, frame_size_, samples_ = 0;
+  std::vector<float> pending_;
+  std::vector<std::vector<int32_t>> rows_;  // per codebook
+  EncodePlan* plan_ = nullptr;              // owned by the engine's cache; kept for the session
+};
+
 class Engine {
  public:
   Engine(std::shared_ptr<const Model> model, EngineOptions opts = {});
@@ -35,6 +57,7 @@ class Engine {
   const Model& model() const { return *model_; }
   const Config& config() const { return model_->cfg; }
   const Device& device() const { return opts_.device; }
+  const EngineOptions& options() const { return opts_; }
 
   // F = ceil(T / frame_size) frames; the input is zero-padded to F * frame_size first. Runs in
   // chunks of chunk_frames through a streaming plan, which gives the offline result.
@@ -43,6 +66,10 @@ class Engine {
   // Decodes with the first n_q codebooks (n_q <= codes.n_q; -1 = all of them).
   // Returns frames * frame_size samples (no trimming).
   std::vector<float> decode(const Codes& codes, int n_q = -1);
+
+  // Decodes in chunks, handing each chunk's samples to `sink` as soon as it is done (constant
+  // memory for any length).
+  void decode_chunks(const Codes& codes, int n_q, const std::function<void(const float*, int64_t)>& sink);
 
   // The cached plans themselves (tests read their stage outputs).
   EncodePlan& encode_plan(int64_t frames, int n_q);

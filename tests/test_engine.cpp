@@ -81,6 +81,7 @@ TEST_CASE("engine: fewer codebooks encode to the first rows, decode from the fir
 TEST_CASE("plans: repeated runs are bit-identical; the cache is bounded and can be off") {
   EngineOptions opts;
   opts.plan_cache_capacity = 2;
+  opts.chunk_frames = 0;  // one plan per signal length, so lengths exercise the cache
   Engine engine(reference_model("tiny", Dialect::Moshi), opts);
   const auto a = tone(5000), b = tone(9000), c = tone(13000);
   const Codes first = engine.encode(a.data(), 5000, 8);
@@ -97,6 +98,7 @@ TEST_CASE("plans: repeated runs are bit-identical; the cache is bounded and can 
 
   EngineOptions off;
   off.plan_cache_capacity = 0;
+  off.chunk_frames = 2;  // several chunks through one uncached plan
   Engine uncached(reference_model("tiny", Dialect::Moshi), off);
   CHECK(uncached.encode(a.data(), 5000, 8).data == first.data);
   CHECK(uncached.encode(a.data(), 5000, 8).data == first.data);
@@ -104,6 +106,24 @@ TEST_CASE("plans: repeated runs are bit-identical; the cache is bounded and can 
   CHECK(uncached.encode_cache().size() <= 1);
   const auto out1 = uncached.decode(first), out2 = engine.decode(first);
   CHECK(out1 == out2);
+}
+
+TEST_CASE("engine: chunked encoding and incremental feeding give the one-chunk result") {
+  EngineOptions whole;
+  whole.chunk_frames = 0;
+  Engine ref(reference_model("tiny-window", Dialect::Moshi), whole);
+  const auto pcm = tone(100000);
+  const Codes expect = ref.encode(pcm.data(), 100000, 8);
+  for (int64_t chunk : {1, 3, 64}) {
+    EngineOptions eo;
+    eo.chunk_frames = chunk;
+    Engine e(reference_model("tiny-window", Dialect::Moshi), eo);
+    CHECK(e.encode(pcm.data(), 100000, 8).data == expect.data);
+    EncoderSession s(e, 8);
+    for (int64_t i = 0; i < 100000; i += 777) s.feed(pcm.data() + i, std::min<int64_t>(777, 100000 - i));
+    CHECK(s.finish().data == expect.data);
+    CHECK(e.encode_cache().size() == 1);  // one plan (chunk length) for every input length
+  }
 }
 
 TEST_CASE("plans: the naive reference device agrees with the CPU backend") {
