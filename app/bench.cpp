@@ -102,6 +102,31 @@ int run_bench(const BenchOptions& o) {
     }
   }
 
+  // Streaming latency: compute time per 80 ms frame, pushing one frame at a time.
+  struct Latency {
+    std::vector<double> enc, dec;
+  } lat;
+  if (o.latency_frames > 0) {
+    const int64_t fs = c.frame_size(), nf = o.latency_frames;
+    const std::vector<float> pcm = test_signal(nf * fs, c.sample_rate);
+    EncodePlan& ep = engine.encode_plan(1, o.n_q);
+    ep.reset();
+    std::vector<int32_t> codes;
+    for (int64_t f = 0; f < nf; ++f) {
+      const double t0 = now();
+      ep.push(pcm.data() + f * fs, 1);
+      lat.enc.push_back(now() - t0);
+      codes.insert(codes.end(), ep.codes().begin(), ep.codes().end());  // [n_q] per frame
+    }
+    DecodePlan& dp = engine.decode_plan(1, o.n_q);
+    dp.reset();
+    for (int64_t f = 0; f < nf; ++f) {
+      const double t0 = now();
+      dp.push(codes.data() + f * o.n_q, 1);
+      lat.dec.push_back(now() - t0);
+    }
+  }
+
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -119,6 +144,12 @@ int run_bench(const BenchOptions& o) {
                                 {"rtf", r.seconds / med}, {"gflop", r.flops / 1e9}, {"gflops", r.flops / med / 1e9},
                                 {"stages", st}});
     }
+    if (!lat.enc.empty())
+      out["stream_latency_ms"] = {{"frames", lat.enc.size()},
+                                  {"encode_median", 1e3 * median(lat.enc)},
+                                  {"encode_max", 1e3 * *std::max_element(lat.enc.begin(), lat.enc.end())},
+                                  {"decode_median", 1e3 * median(lat.dec)},
+                                  {"decode_max", 1e3 * *std::max_element(lat.dec.begin(), lat.dec.end())}};
     std::cout << out.dump() << std::endl;
     return 0;
   }
@@ -133,6 +164,11 @@ int run_bench(const BenchOptions& o) {
                 *std::max_element(r.times.begin(), r.times.end()), r.seconds / med, r.flops / 1e9, r.flops / med / 1e9,
                 100.0 * r.flops / med / 1e9 / peak);
   }
+  if (!lat.enc.empty())
+    std::printf("\nstreaming, one 80 ms frame per push (%zu frames): encode median %.2f ms, max %.2f ms; "
+                "decode median %.2f ms, max %.2f ms\n",
+                lat.enc.size(), 1e3 * median(lat.enc), 1e3 * *std::max_element(lat.enc.begin(), lat.enc.end()),
+                1e3 * median(lat.dec), 1e3 * *std::max_element(lat.dec.begin(), lat.dec.end()));
   if (o.stages)
     for (const Row& r : rows) {
       std::printf("\nstages, %s %.0f s (median run):\n", r.direction.c_str(), r.seconds);

@@ -14,6 +14,7 @@ struct BenchOptions {
   std::string config;
   int threads = 0;
   int64_t chunk_frames = 64;  // the engine's default
+  int64_t latency_frames = 250;  // frames pushed one at a time for the latency line (0 = skip)
   bool json = false;
   bool stages = true;
 };

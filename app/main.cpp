@@ -134,6 +134,8 @@ int main(int argc, char** argv) {
   b->add_option("--config", bench.config, "Config for --weights");
   b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str();
   b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")->capture_default_str();
+  b->add_option("--latency-frames", bench.latency_frames, "Frames streamed one by one for the latency line (0 = skip)")
+      ->capture_default_str();
   b->add_flag("--json", bench.json, "One JSON object on stdout");
 
   try {
