@@ -51,24 +51,20 @@ void direct(const Conv1dShape& s, const float* x, const float* w, const float* b
   const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Cin = s.in_channels;
   parallel_for(T_out, kDirectChunk, [&](int64_t t0, int64_t t1) {
     const int64_t n = t1 - t0;
+    // this chunk's input window with its padding materialized: [Cin, span + (n-1)*stride]
+    const int64_t L = (n - 1) * s.stride + s.span();
+    thread_local std::vector<float> win;
+    win.resize(static_cast<size_t>(Cin * L));
+    for (int64_t ci = 0; ci < Cin; ++ci) {
+      const float* xr = x + ci * s.length_in;
+      const float pad_value = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+      const int64_t first = t0 * s.stride - P;
+      for (int64_t j = 0; j < L; ++j) win[size_t(ci * L + j)] = first + j < 0 ? pad_value : xr[first + j];
+    }
     for (int64_t co = 0; co < s.out_channels; ++co) {
       float* yr = y + co * T_out + t0;
       init_rows(1, n, 0, bias ? bias + co : nullptr, yr, accumulate);
-      for (int64_t ci = 0; ci < Cin; ++ci) {
-        const float* xr = x + ci * s.length_in;
-        const float pad_value = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
-        for (int64_t k = 0; k < K; ++k) {
-          const float wv = w[(co * Cin + ci) * K + k];
-          const int64_t off = k * s.dilation - P;
-          int64_t j = 0;
-          for (; j < n && (t0 + j) * s.stride + off < 0; ++j) yr[j] += wv * pad_value;
-          const float* src = xr + t0 * s.stride + off;
-          if (s.stride == 1)
-            for (; j < n; ++j) yr[j] += wv * src[j];
-          else
-            for (; j < n; ++j) yr[j] += wv * src[j * s.stride];
-        }
-      }
+      conv_direct_row(n, Cin, K, s.stride, s.dilation, win.data(), L, w + co * Cin * K, yr);
     }
   });
 }

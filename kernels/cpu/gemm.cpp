@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <vector>
 #include <thread>
 
 #include "kernels/cpu/threads.h"
@@ -71,6 +72,14 @@ int num_threads() {
     static const auto f = kIsa == Isa::Avx512 ? isa_avx512::fn : kIsa == Isa::Avx2 ? isa_avx2::fn : isa_base::fn; \
     f(n, x, y);                                                                 \
   }
+void conv_direct_row(int64_t n, int64_t cin, int64_t K, int64_t stride, int64_t dilation, const float* x,
+                     int64_t ldx, const float* w, float* y) {
+  static const auto f = kIsa == Isa::Avx512 ? isa_avx512::conv_direct_row
+                        : kIsa == Isa::Avx2 ? isa_avx2::conv_direct_row
+                                            : isa_base::conv_direct_row;
+  f(n, cin, K, stride, dilation, x, ldx, w, y);
+}
+
 MIMI_DISPATCH(elu_serial)
 MIMI_DISPATCH(gelu_serial)
 MIMI_DISPATCH(exp_serial)
@@ -99,6 +108,17 @@ template <bool TA>
 void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                    float* C, int64_t ldc, bool accumulate) {
   auto serial = TA ? gemm_serial_ta : gemm_serial;
+  if (!TA && N <= 4 && M >= 16) {  // skinny: dot products along K, rows in parallel
+    static const auto gemv = kIsa == Isa::Avx512 ? isa_avx512::gemv_rows : kIsa == Isa::Avx2 ? isa_avx2::gemv_rows
+                                                                                          : isa_base::gemv_rows;
+    std::vector<float> bt(static_cast<size_t>(N * K));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) bt[size_t(j * K + k)] = B[k * ldb + j];
+    parallel_for(M, std::max<int64_t>(16, M / (4 * num_threads())), [&](int64_t i0, int64_t i1) {
+      gemv(i1 - i0, N, K, A + i0 * lda, lda, bt.data(), C + i0 * ldc, ldc, accumulate);
+    });
+    return;
+  }
   const int64_t flops = 2 * M * N * K;
   if (num_threads() <= 1 || flops < (1 << 20)) {
     serial(M, N, K, A, lda, B, ldb, C, ldc, accumulate);

@@ -17,6 +17,10 @@ void gemm_serial_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
 void gemm_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
              float* C, int64_t ldc, bool accumulate);
 
+// y[0:n] += sum_(ci,k) w[ci*K + k] * x[ci*ldx + j*stride + k*dilation] (unpadded input).
+void conv_direct_row(int64_t n, int64_t cin, int64_t K, int64_t stride, int64_t dilation, const float* x,
+                     int64_t ldx, const float* w, float* y);
+
 // Vectorized elementwise math, single-threaded, dispatched like the GEMM.
 void elu_serial(int64_t n, const float* x, float* y);
 void gelu_serial(int64_t n, const float* x, float* y);
@@ -30,6 +34,8 @@ const char* gemm_isa();
 
 // The per-ISA entry points (kernels/cpu/gemm_isa.inc compiled three times).
 namespace isa_avx512 {
+void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
+void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*);
 void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
                     int64_t, bool);
 void elu_serial(int64_t, const float*, float*);
@@ -41,6 +47,8 @@ void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                  int64_t, bool);
 }
 namespace isa_avx2 {
+void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
+void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*);
 void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
                     int64_t, bool);
 void elu_serial(int64_t, const float*, float*);
@@ -52,6 +60,8 @@ void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                  int64_t, bool);
 }
 namespace isa_base {
+void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
+void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*);
 void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
                     int64_t, bool);
 void elu_serial(int64_t, const float*, float*);
