@@ -27,14 +27,16 @@ double convtr_flops(const ConvTranspose1dShape& s) {
 
 // y [Cout, T/stride] = conv(x [Cin, T]) where the causal left context comes from `st` (zeros,
 // or the first input column repeated for replicate padding, at the start of a stream) and the
-// last P inputs are kept in `st` for the next chunk. `accumulate` adds into y (residual).
+// last P inputs are kept in `st` for the next chunk; the kernel reads the context in place, so
+// nothing is copied. `accumulate` adds into y (residual).
 int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x, int64_t T, float* y,
                   Scratch& s, StageTimer& t, bool accumulate = false) {
+  (void)s;
   Conv1dShape sh = c.shape;
+  sh.length_in = T;
   const int64_t P = sh.context(), Cin = sh.in_channels;
   if (P == 0) {  // no context to carry (pointwise, or kernel == stride)
-    sh.length_in = T;
-    k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate);
+    k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate, nullptr);
     t.add_flops(conv_flops(sh));
     return sh.length_out();
   }
@@ -44,17 +46,18 @@ int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x
       for (int64_t ci = 0; ci < Cin; ++ci) std::fill_n(st.hist.ptr() + ci * P, P, x[ci * T]);
     st.started = true;
   }
-  const int64_t L = P + T;
-  set_shape(s.work, {Cin, L});
-  float* w = s.work.ptr();
+  k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate, st.hist.ptr());
+  // the next chunk's context: the last P inputs of [hist | x]
   for (int64_t ci = 0; ci < Cin; ++ci) {
-    std::memcpy(w + ci * L, st.hist.ptr() + ci * P, size_t(P) * sizeof(float));
-    std::memcpy(w + ci * L + P, x + ci * T, size_t(T) * sizeof(float));
+    float* h = st.hist.ptr() + ci * P;
+    const float* xr = x + ci * T;
+    if (T >= P) {
+      std::memcpy(h, xr + T - P, size_t(P) * sizeof(float));
+    } else {
+      std::memmove(h, h + T, size_t(P - T) * sizeof(float));
+      std::memcpy(h + P - T, xr, size_t(T) * sizeof(float));
+    }
   }
-  sh.padded = false;
-  sh.length_in = L;
-  k.conv1d(sh, w, c.weight.data, opt(c.bias), y, accumulate);
-  for (int64_t ci = 0; ci < Cin; ++ci) std::memcpy(st.hist.ptr() + ci * P, w + ci * L + T, size_t(P) * sizeof(float));
   t.add_flops(conv_flops(sh));
   return sh.length_out();
 }

@@ -61,9 +61,11 @@ struct ConvTranspose1dShape {
             int64_t ldb, float* C, int64_t ldc, bool accumulate);                              \
                                                                                                \
   /* x [Cin, Tin]; w [Cout, Cin/groups, K]; bias [Cout] or nullptr; y [Cout, Tout].           \
-     y = conv(x) + bias, or y += conv(x) + bias when accumulate (a fused residual add). */      \
+     y = conv(x) + bias, or y += conv(x) + bias when accumulate (a fused residual add).         \
+     context [Cin, P] or nullptr: the P inputs before x[:, 0] (streaming), used instead of the  \
+     zero/replicate padding. */                                                                 \
   void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias,         \
-              float* y, bool accumulate);                                                      \
+              float* y, bool accumulate, const float* context);                                \
                                                                                                \
   /* x [Cin, Tin]; w [Cin, Cout/groups, K]; bias [Cout] or nullptr; y [Cout, length_out()]. */ \
   void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float* w,         \

@@ -130,42 +130,55 @@ TEST_CASE("conv1d: cpu vs ref") {
       auto w = integer ? int_vec(nw, r) : random_vec(nw, r);
       auto b = integer ? int_vec(size_t(c.cout), r) : random_vec(size_t(c.cout), r);
       std::vector<float> yr(size_t(c.cout * Tout)), yc(yr.size(), NAN);
-      ref::conv1d(s, x.data(), w.data(), b.data(), yr.data(), false);
-      cpu::conv1d(s, x.data(), w.data(), b.data(), yc.data(), false);
+      ref::conv1d(s, x.data(), w.data(), b.data(), yr.data(), false, nullptr);
+      cpu::conv1d(s, x.data(), w.data(), b.data(), yc.data(), false, nullptr);
       if (integer) expect_equal(yc, yr);
       else expect_close(yc, yr, 1e-5);
       std::vector<float> yn(yr.size(), NAN), yrn(yr.size());  // without bias
-      ref::conv1d(s, x.data(), w.data(), nullptr, yrn.data(), false);
-      cpu::conv1d(s, x.data(), w.data(), nullptr, yn.data(), false);
+      ref::conv1d(s, x.data(), w.data(), nullptr, yrn.data(), false, nullptr);
+      cpu::conv1d(s, x.data(), w.data(), nullptr, yn.data(), false, nullptr);
       if (integer) expect_equal(yn, yrn);
       else expect_close(yn, yrn, 1e-5);
+      // a streaming left context instead of the padding
+      auto ctx = integer ? int_vec(size_t(c.cin * s.pad_left()), r) : random_vec(size_t(c.cin * s.pad_left()), r);
+      std::vector<float> yrc(yr.size()), ycc(yr.size(), NAN);
+      ref::conv1d(s, x.data(), w.data(), b.data(), yrc.data(), false, ctx.data());
+      cpu::conv1d(s, x.data(), w.data(), b.data(), ycc.data(), false, ctx.data());
+      if (integer) expect_equal(ycc, yrc);
+      else expect_close(ycc, yrc, 1e-5);
       // accumulate: y += conv(x) + bias (the fused residual)
       auto y0 = integer ? int_vec(yr.size(), r) : random_vec(yr.size(), r);
       auto ya = y0, yb = y0;
-      ref::conv1d(s, x.data(), w.data(), b.data(), ya.data(), true);
-      cpu::conv1d(s, x.data(), w.data(), b.data(), yb.data(), true);
+      ref::conv1d(s, x.data(), w.data(), b.data(), ya.data(), true, nullptr);
+      cpu::conv1d(s, x.data(), w.data(), b.data(), yb.data(), true, nullptr);
       if (integer) expect_equal(yb, ya);
       else expect_close(yb, ya, 1e-5);
     }
   }
 }
 
-TEST_CASE("conv1d: valid (unpadded) mode equals the padded conv of the context-prefixed input") {
+TEST_CASE("conv1d: valid mode and a given context equal the conv of the context-prefixed input") {
   Rng r(21);
   for (auto [cin, cout, k, stride, T] : {std::array<int64_t, 5>{3, 5, 3, 1, 10}, {4, 6, 8, 4, 16}, {2, 3, 4, 2, 6}}) {
     Conv1dShape padded{cin, cout, k, stride, 1, 1, T, PadMode::Zero};
     const int64_t P = padded.context();
     auto x = random_vec(size_t(cin * T), r), w = random_vec(size_t(cout * cin * k), r), b = random_vec(size_t(cout), r);
+    auto ctx = random_vec(size_t(cin * P), r);
     std::vector<float> xp(size_t(cin * (P + T)), 0.0f);  // P zero columns, then x
-    for (int64_t c = 0; c < cin; ++c) std::copy(x.begin() + c * T, x.begin() + (c + 1) * T, xp.begin() + c * (P + T) + P);
+    std::vector<float> xc(xp.size());                     // the context columns, then x
+    for (int64_t c = 0; c < cin; ++c) {
+      std::copy(x.begin() + c * T, x.begin() + (c + 1) * T, xp.begin() + c * (P + T) + P);
+      std::copy(x.begin() + c * T, x.begin() + (c + 1) * T, xc.begin() + c * (P + T) + P);
+      std::copy(ctx.begin() + c * P, ctx.begin() + (c + 1) * P, xc.begin() + c * (P + T));
+    }
     Conv1dShape valid = padded;
     valid.padded = false;
     valid.length_in = P + T;
     REQUIRE(valid.length_out() == padded.length_out());
     for (auto* conv : {&ref::conv1d, &cpu::conv1d}) {
       std::vector<float> a(size_t(cout * padded.length_out())), c(a.size());
-      (*conv)(padded, x.data(), w.data(), b.data(), a.data(), false);
-      (*conv)(valid, xp.data(), w.data(), b.data(), c.data(), false);
+      (*conv)(padded, x.data(), w.data(), b.data(), a.data(), false, nullptr);
+      (*conv)(valid, xp.data(), w.data(), b.data(), c.data(), false, nullptr);
       expect_close(c, a, 1e-6);
     }
   }
@@ -195,10 +208,10 @@ TEST_CASE("conv1d: hand-computed causal example") {
   const std::vector<float> x{1, 2, 3}, w{1, 10, 100};
   std::vector<float> y(3);
   Conv1dShape s{1, 1, 3, 1, 1, 1, 3, PadMode::Zero};
-  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data(), false);
+  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data(), false, nullptr);
   CHECK(y == std::vector<float>{100, 210, 321});
   s.pad = PadMode::Replicate;  // padding repeats x[0] = 1
-  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data(), false);
+  cpu::conv1d(s, x.data(), w.data(), nullptr, y.data(), false, nullptr);
   CHECK(y == std::vector<float>{111, 211, 321});
 }
 

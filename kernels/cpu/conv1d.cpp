@@ -29,17 +29,24 @@ void init_rows(int64_t rows, int64_t cols, int64_t ld, const float* bias, float*
   }
 }
 
-// col[(ci*K + k), j] = x[ci, (t0 + j) * stride + k * dilation - P] (pad value left of 0)
-void im2col(const Conv1dShape& s, const float* x, int64_t cin_g, int64_t t0, int64_t n, float* col) {
+// The input left of x[:, 0]: the streaming context, or the padding value.
+inline float left_of(const Conv1dShape& s, const float* xr, const float* ctx_row, int64_t idx) {
+  if (ctx_row) return ctx_row[s.pad_left() + idx];
+  return s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+}
+
+// col[(ci*K + k), j] = x[ci, (t0 + j) * stride + k * dilation - P] (context/padding left of 0);
+// ctx: [cin_g, P] rows for these channels, or nullptr.
+void im2col(const Conv1dShape& s, const float* x, const float* ctx, int64_t cin_g, int64_t t0, int64_t n, float* col) {
   const int64_t K = s.kernel, P = s.pad_left();
   for (int64_t ci = 0; ci < cin_g; ++ci) {
     const float* xr = x + ci * s.length_in;
-    const float pad_value = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+    const float* cr = ctx ? ctx + ci * P : nullptr;
     for (int64_t k = 0; k < K; ++k) {
       float* dst = col + (ci * K + k) * n;
       const int64_t first = t0 * s.stride + k * s.dilation - P;
       int64_t j = 0;
-      for (; j < n && first + j * s.stride < 0; ++j) dst[j] = pad_value;
+      for (; j < n && first + j * s.stride < 0; ++j) dst[j] = left_of(s, xr, cr, first + j * s.stride);
       if (s.stride == 1) std::copy(xr + first + j, xr + first + n, dst + j);
       else
         for (; j < n; ++j) dst[j] = xr[first + j * s.stride];
@@ -47,7 +54,8 @@ void im2col(const Conv1dShape& s, const float* x, int64_t cin_g, int64_t t0, int
   }
 }
 
-void direct(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate) {
+void direct(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate,
+            const float* ctx) {
   const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Cin = s.in_channels;
   parallel_for(T_out, kDirectChunk, [&](int64_t t0, int64_t t1) {
     const int64_t n = t1 - t0;
@@ -57,9 +65,9 @@ void direct(const Conv1dShape& s, const float* x, const float* w, const float* b
     win.resize(static_cast<size_t>(Cin * L));
     for (int64_t ci = 0; ci < Cin; ++ci) {
       const float* xr = x + ci * s.length_in;
-      const float pad_value = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+      const float* cr = ctx ? ctx + ci * P : nullptr;
       const int64_t first = t0 * s.stride - P;
-      for (int64_t j = 0; j < L; ++j) win[size_t(ci * L + j)] = first + j < 0 ? pad_value : xr[first + j];
+      for (int64_t j = 0; j < L; ++j) win[size_t(ci * L + j)] = first + j < 0 ? left_of(s, xr, cr, first + j) : xr[first + j];
     }
     for (int64_t co = 0; co < s.out_channels; ++co) {
       float* yr = y + co * T_out + t0;
@@ -71,11 +79,13 @@ void direct(const Conv1dShape& s, const float* x, const float* w, const float* b
 
 }  // namespace
 
-void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate) {
+void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate,
+            const float* context) {
   const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups;
   const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Tin = s.length_in;
   if (T_out <= 0) return;
   const int64_t rows = cin_g * K;  // GEMM inner dimension
+  const float* ctx = P > 0 ? context : nullptr;
 
   if (K == 1 && s.stride == 1 && P == 0) {  // pointwise: the input already is the B operand
     for (int64_t g = 0; g < s.groups; ++g) {
@@ -86,14 +96,15 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     return;
   }
   if (s.groups == 1 && (cout_g <= 4 || rows <= 8)) {
-    direct(s, x, w, bias, y, accumulate);
+    direct(s, x, w, bias, y, accumulate, P > 0 ? context : nullptr);
     return;
   }
   if (T_out <= kWhole) {
     std::vector<float> col(static_cast<size_t>(rows * T_out));  // [Cin_g*K, T_out]
     for (int64_t g = 0; g < s.groups; ++g) {
       parallel_for(cin_g, 16, [&](int64_t c0, int64_t c1) {
-        im2col(s, x + (g * cin_g + c0) * Tin, c1 - c0, 0, T_out, col.data() + c0 * K * T_out);
+        im2col(s, x + (g * cin_g + c0) * Tin, ctx ? ctx + (g * cin_g + c0) * P : nullptr, c1 - c0, 0, T_out,
+               col.data() + c0 * K * T_out);
       });
       float* yg = y + g * cout_g * T_out;
       init_rows(cout_g, T_out, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
@@ -108,7 +119,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     for (int64_t job = b; job < e; ++job) {
       const int64_t g = job / tiles, t0 = (job % tiles) * kTile;
       const int64_t n = std::min(kTile, T_out - t0);
-      im2col(s, x + g * cin_g * Tin, cin_g, t0, n, col.data());
+      im2col(s, x + g * cin_g * Tin, ctx ? ctx + g * cin_g * P : nullptr, cin_g, t0, n, col.data());
       float* yg = y + g * cout_g * T_out + t0;
       init_rows(cout_g, n, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
       gemm_serial(cout_g, n, rows, w + g * cout_g * rows, rows, col.data(), n, yg, T_out, true);

@@ -4,7 +4,7 @@
 namespace mimi::ref {
 
 void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y,
-            bool accumulate) {
+            bool accumulate, const float* context) {
   const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups;
   const int64_t T_out = s.length_out(), P = s.pad_left();
   for (int64_t co = 0; co < s.out_channels; ++co) {
@@ -17,6 +17,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
           int64_t idx = t * s.stride + k * s.dilation - P;  // position in the unpadded input
           float xv;
           if (idx >= 0) xv = xrow[idx];
+          else if (context) xv = context[(g * cin_g + ci) * P + P + idx];
           else xv = s.pad == PadMode::Replicate ? xrow[0] : 0.0f;
           acc += double(w[(co * cin_g + ci) * s.kernel + k]) * double(xv);
         }
