@@ -62,26 +62,42 @@ int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x
   return sh.length_out();
 }
 
-// y [Cout, T*stride] = convtr(x [Cin, T]): the untrimmed output plus the overlap carried from
-// the previous chunk; its own last K - stride outputs (incomplete) are carried on.
+// y [Cout, T*stride] = convtr(x [Cin, T]) plus the overlap carried from the previous chunk. The
+// kernel writes the trimmed output (bias included) straight into y; the trimmed-off tail, which
+// only the last ceil(K/stride) inputs reach, is recomputed from those few columns (bias-free)
+// and carried on.
 int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const float* x, int64_t T, float* y,
                     Scratch& s, StageTimer& t) {
   ConvTranspose1dShape sh = c.shape;
   sh.length_in = T;
-  sh.trimmed = false;
-  const int64_t Cout = sh.out_channels, L = sh.length_out(), O = sh.overlap(), Tout = T * sh.stride;
+  const int64_t Cin = sh.in_channels, Cout = sh.out_channels, O = sh.overlap(), S = sh.stride, Tout = T * S;
   if (st.carry.shape.empty()) st.carry.resize({Cout, O});
-  set_shape(s.full, {Cout, L});
-  k.conv_transpose1d(sh, x, c.weight.data, nullptr, s.full.ptr());
-  for (int64_t co = 0; co < Cout; ++co) {
-    float* f = s.full.ptr() + co * L;
-    float* carry = st.carry.ptr() + co * O;
-    for (int64_t j = 0; j < O; ++j) f[j] += carry[j];  // L >= O always
-    std::memcpy(y + co * Tout, f, size_t(Tout) * sizeof(float));
-    std::memcpy(carry, f + Tout, size_t(O) * sizeof(float));
-  }
-  if (!c.bias.empty()) k.bias_add(Cout, Tout, c.bias.data, y);
+  k.conv_transpose1d(sh, x, c.weight.data, opt(c.bias), y);
   t.add_flops(convtr_flops(sh));
+  for (int64_t co = 0; co < Cout && O > 0; ++co) {
+    float* yr = y + co * Tout;
+    const float* carry = st.carry.ptr() + co * O;
+    for (int64_t j = 0; j < std::min(O, Tout); ++j) yr[j] += carry[j];
+  }
+  if (O == 0) return Tout;
+  // the tail: outputs Tout .. Tout+O-1 of the untrimmed transform, from the last m inputs
+  const int64_t m = std::min(T, (sh.kernel + S - 1) / S);
+  set_shape(s.work, {Cin, m});
+  for (int64_t ci = 0; ci < Cin; ++ci) std::memcpy(s.work.ptr() + ci * m, x + ci * T + T - m, size_t(m) * sizeof(float));
+  ConvTranspose1dShape tail = sh;
+  tail.length_in = m;
+  tail.trimmed = false;
+  const int64_t L = tail.length_out();  // (m-1)*S + K; its last O outputs are the tail
+  set_shape(s.full, {Cout, L});
+  k.conv_transpose1d(tail, s.work.ptr(), c.weight.data, nullptr, s.full.ptr());
+  std::vector<float> old;
+  if (O > Tout) old.assign(st.carry.data.begin(), st.carry.data.end());  // a chunk shorter than the overlap
+  for (int64_t co = 0; co < Cout; ++co) {
+    float* carry = st.carry.ptr() + co * O;
+    std::memcpy(carry, s.full.ptr() + co * L + L - O, size_t(O) * sizeof(float));
+    if (!old.empty())
+      for (int64_t j = 0; j + Tout < O; ++j) carry[j] += old[size_t(co * O + j + Tout)];
+  }
   return Tout;
 }
 
