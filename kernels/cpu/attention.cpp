@@ -23,7 +23,9 @@ void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, i
                float* out) {
   const int64_t blocks = (Tq + kBlock - 1) / kBlock;
   parallel_for(H * blocks, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> st, mx(kBlock), sum(kBlock);
+    thread_local std::vector<float> st, mx, sum;  // grow-only scratch: no allocation in steady state
+    mx.resize(kBlock);
+    sum.resize(kBlock);
     for (int64_t job = b; job < e; ++job) {
       const int64_t h = job / blocks, i0 = (job % blocks) * kBlock, nq = std::min(kBlock, Tq - i0);
       float* o = out + h * hd * Tq + i0;  // [hd, nq] with row stride Tq

@@ -100,15 +100,17 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     return;
   }
   if (T_out <= kWhole) {
-    std::vector<float> col(static_cast<size_t>(rows * T_out));  // [Cin_g*K, T_out]
+    thread_local std::vector<float> col;  // [Cin_g*K, T_out], grow-only
+    if (col.size() < size_t(rows * T_out)) col.resize(size_t(rows * T_out));
+    float* colp = col.data();  // (thread_local: name it here, workers have their own)
     for (int64_t g = 0; g < s.groups; ++g) {
       parallel_for(cin_g, 16, [&](int64_t c0, int64_t c1) {
         im2col(s, x + (g * cin_g + c0) * Tin, ctx ? ctx + (g * cin_g + c0) * P : nullptr, c1 - c0, 0, T_out,
-               col.data() + c0 * K * T_out);
+               colp + c0 * K * T_out);
       });
       float* yg = y + g * cout_g * T_out;
       init_rows(cout_g, T_out, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
-      gemm(cout_g, T_out, rows, w + g * cout_g * rows, rows, col.data(), T_out, yg, T_out, true);
+      gemm(cout_g, T_out, rows, w + g * cout_g * rows, rows, colp, T_out, yg, T_out, true);
     }
     return;
   }

@@ -45,16 +45,17 @@ void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float
   // W [Cin, Cout*K] is the transposed A operand of Z = W^T x.
   const int64_t M = s.out_channels * K;
 
-  std::vector<float> z;  // [Cout*K, tile]
+  thread_local std::vector<float> z;  // [Cout*K, tile], grow-only
   for (int64_t t0 = 0; t0 < Tin; t0 += kTile) {
     const int64_t n = std::min(kTile, Tin - t0);
-    z.resize(size_t(M * n));
-    gemm_ta(M, n, s.in_channels, w, M, x + t0, Tin, z.data(), n, false);
+    if (z.size() < size_t(M * n)) z.resize(size_t(M * n));
+    float* zp = z.data();  // (thread_local: name it here, workers have their own)
+    gemm_ta(M, n, s.in_channels, w, M, x + t0, Tin, zp, n, false);
     parallel_for(s.out_channels, 8, [&](int64_t c0, int64_t c1) {
       for (int64_t co = c0; co < c1; ++co) {
         float* yr = y + co * T_out;
         for (int64_t k = 0; k < K; ++k) {
-          const float* zr = z.data() + (co * K + k) * n;
+          const float* zr = zp + (co * K + k) * n;
           for (int64_t t = 0; t < n; ++t) {
             const int64_t o = (t0 + t) * S + k;
             if (o < T_out) yr[o] += zr[t];

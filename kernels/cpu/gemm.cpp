@@ -111,11 +111,13 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
   if (!TA && N <= 4 && M >= 16) {  // skinny: dot products along K, rows in parallel
     static const auto gemv = kIsa == Isa::Avx512 ? isa_avx512::gemv_rows : kIsa == Isa::Avx2 ? isa_avx2::gemv_rows
                                                                                           : isa_base::gemv_rows;
-    std::vector<float> bt(static_cast<size_t>(N * K));
+    thread_local std::vector<float> bt;  // B^T, grow-only
+    if (bt.size() < size_t(N * K)) bt.resize(size_t(N * K));
     for (int64_t k = 0; k < K; ++k)
       for (int64_t j = 0; j < N; ++j) bt[size_t(j * K + k)] = B[k * ldb + j];
+    const float* btp = bt.data();  // (thread_local: name it here, workers have their own)
     parallel_for(M, std::max<int64_t>(16, M / (4 * num_threads())), [&](int64_t i0, int64_t i1) {
-      gemv(i1 - i0, N, K, A + i0 * lda, lda, bt.data(), C + i0 * ldc, ldc, accumulate);
+      gemv(i1 - i0, N, K, A + i0 * lda, lda, btp, C + i0 * ldc, ldc, accumulate);
     });
     return;
   }

@@ -12,7 +12,9 @@ void layer_norm(int64_t C, int64_t T, const float* x, const float* gamma, const 
                 float eps, float* y) {
   parallel_for(T, 64, [&](int64_t t0, int64_t t1) {
     const int64_t n = t1 - t0;
-    std::vector<float> mean(static_cast<size_t>(n), 0.0f), rstd(static_cast<size_t>(n), 0.0f);
+    thread_local std::vector<float> mean, rstd;  // grow-only
+    mean.assign(size_t(n), 0.0f);
+    rstd.assign(size_t(n), 0.0f);
     for (int64_t c = 0; c < C; ++c)
       for (int64_t t = 0; t < n; ++t) mean[t] += x[c * T + t0 + t];
     for (int64_t t = 0; t < n; ++t) mean[t] /= float(C);

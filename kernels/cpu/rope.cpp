@@ -12,13 +12,16 @@ void rope(int64_t H, int64_t hd, int64_t T, int64_t offset, float max_period, Ro
           float* x) {
   const int64_t half = hd / 2;
   const float coef = float(-std::log(double(max_period)) * 2.0 / double(hd));
-  std::vector<float> cos_t(static_cast<size_t>(half * T)), sin_t(size_t(half * T));  // [hd/2, T]
+  thread_local std::vector<float> cos_t, sin_t;  // [hd/2, T], grow-only
+  if (cos_t.size() < size_t(half * T)) cos_t.resize(size_t(half * T)), sin_t.resize(size_t(half * T));
+  float* cosp = cos_t.data();  // (thread_local: name them here, workers have their own)
+  float* sinp = sin_t.data();
   for (int64_t i = 0; i < half; ++i) {
     const float freq = std::exp(float(i) * coef);
     for (int64_t t = 0; t < T; ++t) {
       const float angle = freq * float(offset + t);
-      cos_t[i * T + t] = std::cos(angle);
-      sin_t[i * T + t] = std::sin(angle);
+      cosp[i * T + t] = std::cos(angle);
+      sinp[i * T + t] = std::sin(angle);
     }
   }
   parallel_for(H * half, 8, [&](int64_t b, int64_t e) {
@@ -28,8 +31,8 @@ void rope(int64_t H, int64_t hd, int64_t T, int64_t offset, float max_period, Ro
       const int64_t r1 = h * hd + (layout == RopeLayout::Interleaved ? 2 * i + 1 : i + half);
       float* a = x + r0 * T;
       float* c = x + r1 * T;
-      const float* ct = cos_t.data() + i * T;
-      const float* st = sin_t.data() + i * T;
+      const float* ct = cosp + i * T;
+      const float* st = sinp + i * T;
       for (int64_t t = 0; t < T; ++t) {
         const float u = a[t], v = c[t];
         a[t] = u * ct[t] - v * st[t];

@@ -10,9 +10,12 @@ namespace mimi::cpu {
 
 void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
                 const float* const* codebooks, const float* const* sq_norms, int32_t* codes) {
-  std::vector<float> r(x, x + Q * F);           // residual [Q, F]
-  std::vector<float> dot(static_cast<size_t>(bins * F));     // [bins, F]
-  std::vector<float> rr(static_cast<size_t>(F));
+  thread_local std::vector<float> r, dot, rr;  // residual [Q, F], dot [bins, F], |r|^2 [F]; grow-only
+  r.assign(x, x + Q * F);
+  if (dot.size() < size_t(bins * F)) dot.resize(size_t(bins * F));
+  rr.resize(size_t(F));
+  const float* dotp = dot.data();  // (thread_local: name them here, workers have their own)
+  const float* rrp = rr.data();
   for (int64_t j = 0; j < n; ++j) {
     const float* E = codebooks[j];
     const float* ee = sq_norms[j];
@@ -25,7 +28,7 @@ void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
         int32_t best = 0;
         float best_d = 0.0f;
         for (int64_t b = 0; b < bins; ++b) {
-          const float d = std::sqrt(std::max(0.0f, rr[f] - 2.0f * dot[b * F + f] + ee[b]));
+          const float d = std::sqrt(std::max(0.0f, rrp[f] - 2.0f * dotp[b * F + f] + ee[b]));
           if (b == 0 || d < best_d) {
             best_d = d;
             best = int32_t(b);
