@@ -1,7 +1,6 @@
 #include "app/stream.h"
 
 #include <fcntl.h>
-#include <soxr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "app/audio_io.h"
 #include "app/mimi_container.h"
 #include "codec/error.h"
 
@@ -126,37 +126,6 @@ float sample_at(const uint8_t* p, const SampleLayout& l) {
   return float(int32_t(le32(p))) / 2147483648.0f;
 }
 
-struct Resampler {
-  soxr_t s = nullptr;
-  Resampler(int from, int to) {
-    if (from == to) return;
-    soxr_error_t err = nullptr;
-    const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
-    const soxr_quality_spec_t q = soxr_quality_spec(SOXR_VHQ, 0);
-    s = soxr_create(double(from), double(to), 1, &err, &io, &q, nullptr);
-    if (err) throw Error(ErrorKind::Input, std::string("resampler: ") + err);
-  }
-  ~Resampler() {
-    if (s) soxr_delete(s);
-  }
-  // in == nullptr flushes
-  void process(const float* in, size_t n, std::vector<float>& out) {
-    if (!s) {
-      if (in) out.insert(out.end(), in, in + n);
-      return;
-    }
-    float buf[8192];
-    size_t idone = 0;
-    do {
-      size_t odone = 0;
-      size_t used = 0;
-      soxr_process(s, in ? in + idone : nullptr, in ? n - idone : 0, &used, buf, 8192, &odone);
-      idone += used;
-      out.insert(out.end(), buf, buf + odone);
-      if (odone == 0 && (in == nullptr || idone >= n)) break;
-    } while (true);
-  }
-};
 
 }  // namespace
 
@@ -170,7 +139,7 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
   const int out = open_out(o.out, o.force);
   EncodePlan& plan = engine.encode_plan(o.max_chunk, o.n_q);
   plan.reset();
-  Resampler rs(l.rate, c.sample_rate);
+  StreamResampler rs(l.rate, c.sample_rate);
   std::vector<uint8_t> bytes;
   MimiWriter* writer = nullptr;
   nlohmann::json header = {{"format", "mimi-codes"}, {"n_q", o.n_q}, {"codebook_size", c.bins},

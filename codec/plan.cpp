@@ -279,12 +279,10 @@ void EncodePlan::push(const float* pcm, int64_t n) {
     StageTimer t(profile_, "enc.seanet.conv_in");
     conv_step(k_, m_.enc_in, conv_in_, input_.ptr(), T, s.a.ptr(), s, t);
   }
-  static const char* kBlocks[] = {"enc.seanet.block1", "enc.seanet.block2", "enc.seanet.block3", "enc.seanet.block4",
-                                  "enc.seanet.block5", "enc.seanet.block6"};
   size_t r = 0;
   for (size_t b = 0; b < m_.enc.size(); ++b) {
     const EncoderStage& st = m_.enc[b];
-    StageTimer t(profile_, kBlocks[std::min<size_t>(b, 5)]);
+    StageTimer t(profile_, "enc.seanet.block" + std::to_string(b + 1));
     for (const ResBlock& rb : st.res) resblock_step(k_, rb, res_[r++], s.a.ptr(), C, T, s, t);
     k_.elu(C * T, s.a.ptr(), s.b.ptr());
     T = conv_step(k_, st.down, stride_[b], s.b.ptr(), T, s.a.ptr(), s, t);
@@ -421,12 +419,10 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
     StageTimer t(profile_, "dec.seanet.conv_in");
     conv_step(k_, m_.dec_in, conv_in_, tf_out_.ptr(), T, s.a.ptr(), s, t);
   }
-  static const char* kBlocks[] = {"dec.seanet.block1", "dec.seanet.block2", "dec.seanet.block3", "dec.seanet.block4",
-                                  "dec.seanet.block5", "dec.seanet.block6"};
   size_t r = 0;
   for (size_t b = 0; b < m_.dec.size(); ++b) {
     const DecoderStage& st = m_.dec[b];
-    StageTimer t(profile_, kBlocks[std::min<size_t>(b, 5)]);
+    StageTimer t(profile_, "dec.seanet.block" + std::to_string(b + 1));
     k_.elu(C * T, s.a.ptr(), s.b.ptr());
     T = convtr_step(k_, st.up, convtr_[b], s.b.ptr(), T, s.a.ptr(), s, t);
     C = st.up.shape.out_channels;

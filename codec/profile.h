@@ -30,7 +30,7 @@ struct Profile {
 // Times the scope into profile->stages[name] (no-op with a null profile).
 class StageTimer {
  public:
-  StageTimer(Profile* p, const char* name) : p_(p), name_(name) {
+  StageTimer(Profile* p, std::string name) : p_(p), name_(std::move(name)) {
     if (p_) t0_ = std::chrono::steady_clock::now();
   }
   ~StageTimer() {
@@ -42,7 +42,7 @@ class StageTimer {
 
  private:
   Profile* p_;
-  const char* name_;
+  std::string name_;
   std::chrono::steady_clock::time_point t0_;
 };
 

@@ -33,44 +33,26 @@ double measure_peak_gflops(int threads, double seconds = 0.3);
 const char* gemm_isa();
 
 // The per-ISA entry points (kernels/cpu/gemm_isa.inc compiled three times).
+#define MIMI_ISA_DECLS                                                                            \
+  void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool); \
+  void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, \
+                      bool);                                                                      \
+  void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool); \
+  void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*); \
+  void elu_serial(int64_t, const float*, float*);                                                 \
+  void gelu_serial(int64_t, const float*, float*);                                                \
+  void exp_serial(int64_t, const float*, float*);                                                 \
+  float fma_loop(int64_t iters);                                                                  \
+  int vector_width();
 namespace isa_avx512 {
-void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
-void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*);
-void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
-                    int64_t, bool);
-void elu_serial(int64_t, const float*, float*);
-void gelu_serial(int64_t, const float*, float*);
-void exp_serial(int64_t, const float*, float*);
-float fma_loop(int64_t iters);
-int vector_width();
-void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
-                 int64_t, bool);
+MIMI_ISA_DECLS
 }
 namespace isa_avx2 {
-void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
-void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*);
-void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
-                    int64_t, bool);
-void elu_serial(int64_t, const float*, float*);
-void gelu_serial(int64_t, const float*, float*);
-void exp_serial(int64_t, const float*, float*);
-float fma_loop(int64_t iters);
-int vector_width();
-void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
-                 int64_t, bool);
+MIMI_ISA_DECLS
 }
 namespace isa_base {
-void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
-void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*);
-void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
-                    int64_t, bool);
-void elu_serial(int64_t, const float*, float*);
-void gelu_serial(int64_t, const float*, float*);
-void exp_serial(int64_t, const float*, float*);
-float fma_loop(int64_t iters);
-int vector_width();
-void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
-                 int64_t, bool);
+MIMI_ISA_DECLS
 }
+#undef MIMI_ISA_DECLS
 
 }  // namespace mimi::cpu
