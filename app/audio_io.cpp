@@ -55,62 +55,15 @@ SF_VIRTUAL_IO vio() { return SF_VIRTUAL_IO{vio_len, vio_seek, vio_read, vio_writ
 
 }  // namespace
 
-Audio read_audio(const std::vector<uint8_t>& bytes, const std::string& what) {
+AudioInfo probe_audio(const std::vector<uint8_t>& bytes, const std::string& what) {
   MemFile m;
   m.in = &bytes;
   SF_INFO info{};
   SF_VIRTUAL_IO io = vio();
   SNDFILE* f = sf_open_virtual(&io, SFM_READ, &info, &m);
   if (!f) throw Error(ErrorKind::Input, what + ": cannot read audio: " + sf_strerror(nullptr));
-  Audio a;
-  a.sample_rate = info.samplerate;
-  a.channels = info.channels;
-  if (a.sample_rate <= 0 || a.channels <= 0) {
-    sf_close(f);
-    throw Error(ErrorKind::Input, what + ": bad sample rate or channel count");
-  }
-  // frames may be unknown (SF_COUNT_MAX) for streamed headers: read until the end
-  std::vector<float> buf(size_t(4096) * size_t(a.channels));
-  while (true) {
-    const sf_count_t got = sf_readf_float(f, buf.data(), 4096);
-    if (got <= 0) break;
-    a.interleaved.insert(a.interleaved.end(), buf.begin(), buf.begin() + got * a.channels);
-  }
   sf_close(f);
-  a.frames = int64_t(a.interleaved.size()) / a.channels;
-  return a;
-}
-
-std::vector<float> downmix(const Audio& a) {
-  if (a.channels == 1) return a.interleaved;
-  std::vector<float> m(size_t(a.frames));
-  for (int64_t i = 0; i < a.frames; ++i) {
-    float s = 0.0f;
-    for (int c = 0; c < a.channels; ++c) s += a.interleaved[size_t(i * a.channels + c)];
-    m[size_t(i)] = s / float(a.channels);
-  }
-  return m;
-}
-
-std::vector<float> channel_of(const Audio& a, int channel) {
-  std::vector<float> m(size_t(a.frames));
-  for (int64_t i = 0; i < a.frames; ++i) m[size_t(i)] = a.interleaved[size_t(i * a.channels + channel)];
-  return m;
-}
-
-std::vector<float> resample(const std::vector<float>& x, int from, int to) {
-  if (from == to || x.empty()) return x;
-  const size_t out_len = size_t((double(x.size()) * to + from / 2) / from);  // rounded
-  std::vector<float> y(out_len + 16);
-  size_t done = 0;
-  const soxr_quality_spec_t q = soxr_quality_spec(SOXR_VHQ, 0);
-  const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
-  soxr_error_t err = soxr_oneshot(double(from), double(to), 1, x.data(), x.size(), nullptr, y.data(), y.size(),
-                                  &done, &io, &q, nullptr);
-  if (err) throw Error(ErrorKind::Input, std::string("resampling failed: ") + err);
-  y.resize(std::min(done, out_len));
-  y.resize(out_len, 0.0f);
-  return y;
+  return {info.samplerate, info.channels, int64_t(info.frames)};
 }
 
 AudioContainer container_for(const std::string& path) {
@@ -119,34 +72,6 @@ AudioContainer container_for(const std::string& path) {
   if (ext == ".flac") return AudioContainer::Flac;
   if (ext == ".ogg" || ext == ".oga") return AudioContainer::Ogg;
   return AudioContainer::Wav;
-}
-
-std::vector<uint8_t> write_audio(const std::vector<float>& mono, int sample_rate, SampleFormat fmt,
-                                 AudioContainer container) {
-  SF_INFO info{};
-  info.samplerate = sample_rate;
-  info.channels = 1;
-  int sub = fmt == SampleFormat::S16 ? SF_FORMAT_PCM_16 : fmt == SampleFormat::S24 ? SF_FORMAT_PCM_24 : SF_FORMAT_FLOAT;
-  int major = SF_FORMAT_WAV;
-  if (container == AudioContainer::Flac) {
-    major = SF_FORMAT_FLAC;
-    if (fmt == SampleFormat::F32) throw Error(ErrorKind::Usage, "FLAC cannot hold float samples (use s16 or s24)");
-  } else if (container == AudioContainer::Ogg) {
-    major = SF_FORMAT_OGG;
-    sub = SF_FORMAT_VORBIS;
-  }
-  info.format = major | sub;
-  std::vector<uint8_t> out;
-  MemFile m;
-  m.out = &out;
-  SF_VIRTUAL_IO io = vio();
-  SNDFILE* f = sf_open_virtual(&io, SFM_WRITE, &info, &m);
-  if (!f) throw Error(ErrorKind::Output, std::string("cannot encode audio: ") + sf_strerror(nullptr));
-  if (fmt != SampleFormat::F32) sf_command(f, SFC_SET_CLIPPING, nullptr, SF_TRUE);  // clip, don't wrap
-  const sf_count_t n = sf_writef_float(f, mono.data(), sf_count_t(mono.size()));
-  sf_close(f);
-  if (n != sf_count_t(mono.size())) throw Error(ErrorKind::Output, "audio encoding wrote fewer samples than asked");
-  return out;
 }
 
 struct AudioReader::Impl {

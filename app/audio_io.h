@@ -8,22 +8,12 @@
 
 namespace mimi::app {
 
-struct Audio {
-  int sample_rate = 0;
-  int channels = 0;
+struct AudioInfo {
+  int sample_rate = 0, channels = 0;
   int64_t frames = 0;
-  std::vector<float> interleaved;  // [frames][channels]
 };
-
-// Throws Error(Input) when libsndfile cannot read the bytes.
-Audio read_audio(const std::vector<uint8_t>& bytes, const std::string& what);
-
-std::vector<float> downmix(const Audio& a);                 // average of the channels
-std::vector<float> channel_of(const Audio& a, int channel);  // one channel
-
-// Band-limited resampling (soxr, very high quality); returns the input unchanged (bit-exact)
-// when the rates are equal.
-std::vector<float> resample(const std::vector<float>& x, int from_rate, int to_rate);
+// The header of an audio file held in memory (nothing is decoded). Throws Error(Input).
+AudioInfo probe_audio(const std::vector<uint8_t>& bytes, const std::string& what);
 
 // Reads a file (or "-": all of stdin, then from memory) block by block.
 class AudioReader {
@@ -60,9 +50,6 @@ class StreamResampler {
 enum class SampleFormat { S16, S24, F32 };
 enum class AudioContainer { Wav, Flac, Ogg };
 AudioContainer container_for(const std::string& path);  // by extension; default WAV
-
-std::vector<uint8_t> write_audio(const std::vector<float>& mono, int sample_rate, SampleFormat fmt,
-                                 AudioContainer container);
 
 // Writes mono audio block by block: to a temporary file renamed into place by finish() (never a
 // partial file under the final name), or for "-" to memory and then stdout.

@@ -417,7 +417,7 @@ int App::info(const std::vector<std::string>& files) {
       }
       if (!is_weights) {
         if (!fmt) {  // perhaps audio
-          const Audio a = read_audio(bytes, f);
+          const AudioInfo a = probe_audio(bytes, f);
           j["kind"] = "audio";
           j["sample_rate"] = a.sample_rate;
           j["channels"] = a.channels;

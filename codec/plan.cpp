@@ -182,14 +182,15 @@ void check_frames_nq(const Config& c, int64_t frames, int n_q) {
 // Scratch for chunks of up to T samples (T25 transformer steps).
 void size_scratch(Scratch& s, const Model& m, int64_t T, int64_t T25) {
   const Config& c = m.cfg;
-  int64_t maxCT = int64_t(c.dimension) * T25, work = 0, full = 0;
+  int64_t maxCT = int64_t(c.dimension) * T25, work = 1, full = 1;
   auto conv = [&](const Conv& cv, int64_t t_in) {
     maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * (t_in / cv.shape.stride)});
-    work = std::max(work, cv.shape.in_channels * (cv.shape.context() + t_in));
   };
-  auto convtr = [&](const ConvTr& cv, int64_t t_in) {
-    maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * t_in * cv.shape.stride});
-    full = std::max(full, cv.shape.out_channels * ((t_in - 1) * cv.shape.stride + cv.shape.kernel));
+  auto convtr = [&](const ConvTr& cv, int64_t t_in) {  // work/full hold the carried tail's inputs/outputs
+    const int64_t S = cv.shape.stride, m = std::min(t_in, (cv.shape.kernel + S - 1) / S);
+    maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * t_in * S});
+    work = std::max(work, cv.shape.in_channels * m);
+    full = std::max(full, cv.shape.out_channels * ((m - 1) * S + cv.shape.kernel));
   };
   int64_t t = T;
   conv(m.enc_in, t);
@@ -212,8 +213,8 @@ void size_scratch(Scratch& s, const Model& m, int64_t T, int64_t T25) {
   s.a.resize({maxCT});
   s.b.resize({maxCT});
   s.c.resize({(maxCT + c.compress - 1) / c.compress});
-  s.work.resize({std::max<int64_t>(work, 1)});
-  s.full.resize({std::max<int64_t>(full, 1)});
+  s.work.resize({work});
+  s.full.resize({full});
   const int64_t D = c.d_model, Tk = c.context - 1 + T25;
   s.h.resize({D, T25});
   s.qkv.resize({3 * D, T25});

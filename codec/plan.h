@@ -51,8 +51,8 @@ struct TransformerState {
 
 struct Scratch {
   Buffer a, b, c;             // SEANet ping-pong: a, b [maxC * maxT], c half of that
-  Buffer work;                // conv input with its left context, [Cin, P + T]
-  Buffer full;                // untrimmed transposed-conv output
+  Buffer work;                // the last inputs of a transposed conv, [Cin, ceil(K/stride)]
+  Buffer full;                // their untrimmed output, whose end is the carried tail
   Buffer h, qkv, o, ff;       // transformer: [D,T], [3D,T], [D,T], [FF,T]
   Buffer kbuf, vbuf;          // [D, context-1 + T]: cached then new keys/values
 };
@@ -62,7 +62,6 @@ class EncodePlan {
   EncodePlan(const Model& model, const Device& device, int64_t max_frames, int n_q);
 
   int64_t max_frames() const { return max_frames_; }
-  int64_t frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
   int64_t samples() const { return max_frames_ * frame_size_; }
 
@@ -101,7 +100,6 @@ class DecodePlan {
   DecodePlan(const Model& model, const Device& device, int64_t max_frames, int n_q);
 
   int64_t max_frames() const { return max_frames_; }
-  int64_t frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
 
   void reset();

@@ -23,17 +23,15 @@ enum class RopeLayout { Interleaved, RotateHalf };
 // Causal 1-D convolution (moshi StreamingConv1d, offline, non-streaming).
 //   left padding P = (K-1)*dilation + 1 - stride, no right padding;
 //   T_out = (T_in + P - ((K-1)*dilation + 1)) / stride + 1   (floor), 0 if negative.
-// With padded = false there is no padding at all ("valid"): streaming supplies the left
-// context itself, as the first P input columns.
+// Streaming passes the P inputs before x[:, 0] to the kernel (conv1d's `context`) instead.
 struct Conv1dShape {
   int64_t in_channels = 1, out_channels = 1, kernel = 1, stride = 1, dilation = 1, groups = 1;
   int64_t length_in = 0;
   PadMode pad = PadMode::Zero;
-  bool padded = true;
 
   int64_t span() const { return (kernel - 1) * dilation + 1; }
   int64_t context() const { return span() - stride; }  // P, the causal left context
-  int64_t pad_left() const { return padded ? context() : 0; }
+  int64_t pad_left() const { return context(); }
   int64_t length_out() const {
     const int64_t padded = length_in + pad_left();
     return padded < span() ? 0 : (padded - span()) / stride + 1;
