@@ -98,6 +98,7 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   }
   rate_ = info.samplerate;
   channels_ = info.channels;
+  frames_ = info.frames > 0 && info.frames < SF_COUNT_MAX ? int64_t(info.frames) : 0;
   if (rate_ <= 0 || channels_ <= 0) {
     sf_close(impl_->f);
     delete impl_;

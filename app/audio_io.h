@@ -24,6 +24,7 @@ class AudioReader {
   AudioReader& operator=(const AudioReader&) = delete;
   int sample_rate() const { return rate_; }
   int channels() const { return channels_; }
+  int64_t frames() const { return frames_; }  // total, as the header says (0 if unknown)
   // Up to `frames` interleaved frames into out (resized); returns the count, 0 at the end.
   int64_t read(std::vector<float>& out, int64_t frames);
 
@@ -31,6 +32,7 @@ class AudioReader {
   struct Impl;
   Impl* impl_;
   int rate_ = 0, channels_ = 0;
+  int64_t frames_ = 0;
 };
 
 // Streaming band-limited resampler (soxr); a pass-through when the rates are equal.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/file_io.h"
+#include "app/progress.h"
 #include "app/stream.h"
 #include "app/weights_locate.h"
 #include "codec/error.h"
@@ -154,6 +155,8 @@ int App::encode(const EncodeOptions& o) {
       EncoderSession session(eng, o.n_q);
       std::vector<float> block, mono, pcm;
       double compute = 0;
+      Progress bar(in, reader.frames(), double(reader.frames()) / reader.sample_rate(), !common_.quiet);
+      int64_t read_frames = 0;
       auto feed = [&] {
         const double c0 = now();
         if (!pcm.empty()) session.feed(pcm.data(), int64_t(pcm.size()));
@@ -162,6 +165,7 @@ int App::encode(const EncodeOptions& o) {
       };
       int64_t got;
       while ((got = reader.read(block, 1 << 16)) > 0) {
+        bar.update(read_frames += got);
         mono.resize(size_t(got));
         for (int64_t i = 0; i < got; ++i) {
           if (ch >= 0) {
@@ -177,6 +181,7 @@ int App::encode(const EncodeOptions& o) {
       }
       rs.process(nullptr, 0, pcm);
       feed();
+      bar.finish();
       if (session.samples() == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
       const double c0 = now();
       TokenFile t;
@@ -266,7 +271,7 @@ struct DecodeResult {
 // Codes -> audio file, chunk by chunk: trimmed to the original length unless no_trim,
 // resampled to `rate` when asked; constant memory for file outputs.
 DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const DecodeOptions& o, SampleFormat sf,
-                            const std::string& path, bool force, const std::string& what) {
+                            const std::string& path, bool force, const std::string& what, bool quiet) {
   const Config& c = eng.config();
   DecodeResult r;
   r.rate = output_rate(c, t, o.sample_rate, what);
@@ -275,9 +280,13 @@ DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const Deco
   int64_t remaining = !o.no_trim && t.meta.original_samples ? *t.meta.original_samples : INT64_MAX;
   std::vector<float> tmp;
   double busy = 0;
+  const int64_t total = t.codes.frames * c.frame_size();
+  Progress bar(what, total, double(total) / c.sample_rate, !quiet);
+  int64_t done = 0;
   const double t0 = now();
   eng.decode_chunks(t.codes, n_q, [&](const float* y, int64_t n) {
     const double w0 = now();
+    bar.update(done += n);
     const int64_t take = std::min(n, remaining);
     remaining -= take;
     tmp.clear();
@@ -287,6 +296,7 @@ DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const Deco
     busy += now() - w0;
   });
   r.compute = now() - t0 - busy;
+  bar.finish();
   tmp.clear();
   rs.process(nullptr, 0, tmp);
   w.write(tmp.data(), int64_t(tmp.size()));
@@ -326,7 +336,7 @@ int App::decode(const DecodeOptions& o) {
     Engine& eng = engine();
     const int n_q = check_tokens(eng, t, o.n_q, -1, o.allow_weights_mismatch, in);
     const std::string path = output_path(in, o.out, ".wav");
-    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in);
+    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in, common_.quiet);
     const double seconds = double(t.codes.frames) * eng.config().frame_size() / eng.config().sample_rate;
     spdlog::info("{} -> {}: {} frames, {:.2f} s at {} Hz, {:.1f}x real time", in, path, t.codes.frames,
                  double(d.samples) / d.rate, d.rate, seconds / d.compute);
@@ -373,7 +383,7 @@ int App::roundtrip(const DecodeOptions& o) {
     t.meta.source_sample_rate = reader.sample_rate();
     t.meta.codebook_size = eng.config().bins;
     const std::string path = output_path(in, o.out, ".roundtrip.wav");
-    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in);
+    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in, common_.quiet);
     const double seconds = double(session.samples()) / rate;
     spdlog::info("{} -> {}: {:.2f} s, {} codebooks, encode {:.1f}x / decode {:.1f}x real time", in, path, seconds, n_q,
                  seconds / enc, seconds / d.compute);
