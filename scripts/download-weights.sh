@@ -10,7 +10,7 @@ base=https://huggingface.co/kyutai/mimi/resolve/main
 for f in config.json model.safetensors; do
   if [ -s "$dest/$f" ]; then echo "have $dest/$f"; continue; fi
   echo "fetching $f ..."
-  curl -fL --retry 3 --connect-timeout 20 -o "$dest/$f.part" "$base/$f"
+  curl -fL --retry 3 --connect-timeout 20 -o "$dest/$f.part" "$base/$f" || { rm -f "$dest/$f.part"; exit 1; }
   mv "$dest/$f.part" "$dest/$f"
 done
 echo "weights in $dest"
