@@ -222,6 +222,7 @@ namespace {
 int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default, bool allow_mismatch,
                  const std::string& what) {
   const Config& c = eng.config();
+  if (t.codes.frames < 1) throw Error(ErrorKind::Input, what + ": no complete frames to decode");
   if (t.meta.codebook_size != c.bins && !t.meta.weights_fingerprint.empty())
     throw Error(ErrorKind::Input, what + ": codebook size " + std::to_string(t.meta.codebook_size) +
                                       " does not match the model's " + std::to_string(c.bins));
