@@ -52,10 +52,17 @@ const Kernels& kernels_for(const Device& d) {
     case Device::Kind::Cpu: return kCpu;
     case Device::Kind::Ref: return kRef;
     default:
+#ifdef MIMI_WITH_GPU_KERNELS
+      throw Error(ErrorKind::Device, "device " + d.str() +
+                                         " is not available: this build has the GPU kernels (tested by the "
+                                         "gpu_kernels test) but the engine does not run plans on the GPU yet "
+                                         "(use --device cpu)");
+#else
       throw Error(ErrorKind::Device, "device " + d.str() +
                                          " is not available: this build of mimi has no " +
                                          (d.kind == Device::Kind::Cuda ? "CUDA" : "HIP") +
                                          " backend (use --device cpu)");
+#endif
   }
 }
 

@@ -1,0 +1,32 @@
+// GPU activations.
+#include "kernels/gpu/ops.h"
+#include "kernels/gpu/vendor.h"
+
+namespace mimi::gpu {
+namespace {
+
+__global__ void elu_kernel(int64_t n, const float* x, float* y) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
+}
+
+__global__ void gelu_kernel(int64_t n, const float* x, float* y) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+}  // namespace
+
+void elu(int64_t n, const float* x, float* y) {
+  if (n <= 0) return;
+  elu_kernel<<<blocks_for(n), kThreads>>>(n, x, y);
+  check_launch("elu");
+}
+
+void gelu_erf(int64_t n, const float* x, float* y) {
+  if (n <= 0) return;
+  gelu_kernel<<<blocks_for(n), kThreads>>>(n, x, y);
+  check_launch("gelu_erf");
+}
+
+}  // namespace mimi::gpu

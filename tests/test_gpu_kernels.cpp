@@ -1,0 +1,220 @@
+// Every GPU kernel against the naive CPU reference, over the same kind of shape sweeps as the
+// CPU tests (degenerate sizes included). Without a device the whole test reports itself as
+// skipped (exit code 77, which ctest shows as "Skipped").
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "kernels/gpu/ops.h"
+#include "kernels/ops.h"
+
+using namespace mimi;
+
+namespace {
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  float uniform(float lo, float hi) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return lo + (hi - lo) * float(s >> 40) / 16777216.0f;
+  }
+};
+
+std::vector<float> random_vec(size_t n, Rng& r, float lo = -1, float hi = 1) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = r.uniform(lo, hi);
+  return v;
+}
+
+struct Dev {  // a device copy of a host vector
+  float* p = nullptr;
+  size_t n = 0;
+  explicit Dev(const std::vector<float>& h) : n(h.size()) {
+    p = gpu::alloc(n);
+    if (n) gpu::upload(p, h.data(), n);
+  }
+  explicit Dev(size_t count) : n(count) { p = gpu::alloc(n); }
+  ~Dev() { gpu::release(p); }
+  std::vector<float> host() const {
+    std::vector<float> h(n);
+    gpu::synchronize();
+    if (n) gpu::download(h.data(), p, n);
+    return h;
+  }
+};
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& ref, double rel, double abs = 1e-6) {
+  REQUIRE(got.size() == ref.size());
+  double mx = 0, worst = 0;
+  for (float x : ref) mx = std::max(mx, double(std::fabs(x)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    if (!(d <= worst)) worst = d;
+  }
+  INFO("worst |gpu-ref| = " << worst << ", tolerance " << rel * mx + abs);
+  CHECK(worst <= rel * mx + abs);
+}
+
+}  // namespace
+
+TEST_CASE("gpu gemm") {
+  Rng r(1);
+  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1}, {7, 33, 5}, {64, 250, 512}, {97, 257, 129}}) {
+    auto A = random_vec(size_t(M * K), r), B = random_vec(size_t(K * N), r), C = random_vec(size_t(M * N), r);
+    for (bool acc : {false, true}) {
+      auto ref_c = C;
+      ref::gemm(M, N, K, A.data(), K, B.data(), N, ref_c.data(), N, acc);
+      Dev a(A), b(B), c(C);
+      gpu::gemm(M, N, K, a.p, K, b.p, N, c.p, N, acc);
+      expect_close(c.host(), ref_c, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("gpu conv1d and conv_transpose1d") {
+  Rng r(2);
+  struct Case { int64_t cin, cout, k, stride, dil, groups, T; PadMode pad; };
+  for (const Case& c : {Case{1, 1, 1, 1, 1, 1, 1, PadMode::Zero}, Case{1, 4, 7, 1, 1, 1, 5, PadMode::Zero},
+                        Case{4, 8, 8, 4, 1, 1, 37, PadMode::Zero}, Case{6, 6, 3, 1, 2, 6, 30, PadMode::Zero},
+                        Case{8, 8, 4, 2, 1, 1, 9, PadMode::Replicate}, Case{3, 5, 3, 1, 1, 1, 17, PadMode::Zero}}) {
+    Conv1dShape s{c.cin, c.cout, c.k, c.stride, c.dil, c.groups, c.T, c.pad};
+    auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cout * (c.cin / c.groups) * c.k), r);
+    auto b = random_vec(size_t(c.cout), r), ctx = random_vec(size_t(c.cin * s.pad_left()) + 1, r);
+    for (bool with_ctx : {false, true}) {
+      std::vector<float> y(size_t(c.cout * s.length_out()));
+      ref::conv1d(s, x.data(), w.data(), b.data(), y.data(), false, with_ctx ? ctx.data() : nullptr);
+      Dev dx(x), dw(w), db(b), dc(ctx), dy(y.size());
+      gpu::conv1d(s, dx.p, dw.p, db.p, dy.p, false, with_ctx ? dc.p : nullptr);
+      expect_close(dy.host(), y, 1e-5);
+    }
+  }
+  struct TCase { int64_t cin, cout, k, stride, groups, T; bool trimmed; };
+  for (const TCase& c : {TCase{1, 1, 1, 1, 1, 1, true}, TCase{4, 2, 16, 8, 1, 7, true}, TCase{6, 6, 4, 2, 6, 9, true},
+                         TCase{5, 3, 12, 6, 1, 11, false}}) {
+    ConvTranspose1dShape s{c.cin, c.cout, c.k, c.stride, c.groups, c.T};
+    s.trimmed = c.trimmed;
+    auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cin * (c.cout / c.groups) * c.k), r);
+    auto b = random_vec(size_t(c.cout), r);
+    std::vector<float> y(size_t(c.cout * s.length_out()));
+    ref::conv_transpose1d(s, x.data(), w.data(), b.data(), y.data());
+    Dev dx(x), dw(w), db(b), dy(y.size());
+    gpu::conv_transpose1d(s, dx.p, dw.p, db.p, dy.p);
+    expect_close(dy.host(), y, 1e-5);
+  }
+}
+
+TEST_CASE("gpu elementwise, layer norm, rope") {
+  Rng r(3);
+  for (int64_t n : {1, 17, 100000}) {
+    auto x = random_vec(size_t(n), r, -6, 6), y0 = random_vec(size_t(n), r);
+    std::vector<float> e(x.size()), g(x.size());
+    ref::elu(n, x.data(), e.data());
+    ref::gelu_erf(n, x.data(), g.data());
+    Dev dx(x), de(static_cast<size_t>(n)), dg(static_cast<size_t>(n));
+    gpu::elu(n, dx.p, de.p);
+    gpu::gelu_erf(n, dx.p, dg.p);
+    expect_close(de.host(), e, 0, 1e-6);
+    expect_close(dg.host(), g, 0, 2e-6);
+    auto a = y0;
+    ref::add_inplace(n, x.data(), a.data());
+    Dev dy(y0);
+    gpu::add_inplace(n, dx.p, dy.p);
+    expect_close(dy.host(), a, 0, 1e-6);
+  }
+  for (auto [C, T] : {std::array<int64_t, 2>{1, 1}, {5, 3}, {512, 7}, {17, 200}}) {
+    auto x = random_vec(size_t(C * T), r, -3, 3), gm = random_vec(size_t(C), r), bt = random_vec(size_t(C), r);
+    auto y0 = random_vec(size_t(C * T), r);
+    std::vector<float> y(x.size());
+    ref::layer_norm(C, T, x.data(), gm.data(), bt.data(), 1e-5f, y.data());
+    Dev dx(x), dg(gm), db(bt), dy(y.size());
+    gpu::layer_norm(C, T, dx.p, dg.p, db.p, 1e-5f, dy.p);
+    expect_close(dy.host(), y, 1e-5, 1e-5);
+    auto a = y0, c = y0;
+    ref::layer_scale_add(C, T, gm.data(), x.data(), a.data());
+    ref::bias_add(C, T, bt.data(), c.data());
+    Dev d1(y0), d2(y0);
+    gpu::layer_scale_add(C, T, dg.p, dx.p, d1.p);
+    gpu::bias_add(C, T, db.p, d2.p);
+    expect_close(d1.host(), a, 0, 1e-6);
+    expect_close(d2.host(), c, 0, 1e-6);
+  }
+  for (RopeLayout layout : {RopeLayout::Interleaved, RopeLayout::RotateHalf})
+    for (auto [H, hd, T, off] : {std::array<int64_t, 4>{1, 2, 1, 0}, {8, 64, 100, 250}, {3, 6, 5, 7}}) {
+      auto x = random_vec(size_t(H * hd * T), r);
+      auto y = x;
+      ref::rope(H, hd, T, off, 10000.0f, layout, y.data());
+      Dev dx(x);
+      gpu::rope(H, hd, T, off, 10000.0f, layout, dx.p);
+      expect_close(dx.host(), y, 1e-5, 1e-5);
+    }
+}
+
+TEST_CASE("gpu attention and rvq") {
+  Rng r(4);
+  for (auto [H, Tq, Tk, hd, qs, ks, ctx] : {std::array<int64_t, 7>{1, 1, 1, 2, 0, 0, 1}, {2, 17, 17, 8, 0, 0, 5},
+                                           {8, 300, 300, 64, 0, 0, 250}, {2, 10, 25, 4, 15, 0, 5}, {1, 4, 4, 2, 0, 10, 3}}) {
+    auto q = random_vec(size_t(H * hd * Tq), r, -2, 2), k = random_vec(size_t(H * hd * Tk), r, -2, 2);
+    auto v = random_vec(size_t(H * hd * Tk), r);
+    std::vector<float> o(q.size());
+    const float scale = 1.0f / std::sqrt(float(hd));
+    ref::attention(H, Tq, Tk, hd, qs, ks, ctx, scale, q.data(), k.data(), v.data(), o.data());
+    Dev dq(q), dk(k), dv(v), dout(o.size());
+    gpu::attention(H, Tq, Tk, hd, qs, ks, ctx, scale, dq.p, dk.p, dv.p, dout.p);
+    expect_close(dout.host(), o, 1e-5, 1e-6);
+  }
+  for (auto [Q, F, bins, n] : {std::array<int64_t, 4>{1, 1, 1, 1}, {4, 7, 5, 3}, {16, 27, 64, 7}, {32, 9, 300, 4}}) {
+    std::vector<std::vector<float>> books, norms;
+    std::vector<std::unique_ptr<Dev>> dbooks, dnorms;
+    std::vector<const float*> hb, hn, db, dn;
+    for (int64_t j = 0; j < n; ++j) {
+      books.push_back(random_vec(size_t(bins * Q), r));
+      std::vector<float> nn(size_t(bins), 0.0f);
+      for (int64_t b = 0; b < bins; ++b)
+        for (int64_t qq = 0; qq < Q; ++qq) nn[size_t(b)] += books.back()[size_t(b * Q + qq)] * books.back()[size_t(b * Q + qq)];
+      norms.push_back(nn);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      hb.push_back(books[size_t(j)].data());
+      hn.push_back(norms[size_t(j)].data());
+      dbooks.push_back(std::make_unique<Dev>(books[size_t(j)]));
+      dnorms.push_back(std::make_unique<Dev>(norms[size_t(j)]));
+      db.push_back(dbooks.back()->p);
+      dn.push_back(dnorms.back()->p);
+    }
+    auto x = random_vec(size_t(Q * F), r);
+    std::vector<int32_t> codes(size_t(n * F));
+    ref::rvq_encode(Q, F, bins, n, x.data(), hb.data(), hn.data(), codes.data());
+    Dev dx(x);
+    int32_t* dc = gpu::alloc_i32(codes.size());
+    gpu::rvq_encode(Q, F, bins, n, dx.p, db.data(), dn.data(), dc);
+    std::vector<int32_t> got(codes.size());
+    gpu::synchronize();
+    gpu::download(reinterpret_cast<float*>(got.data()), reinterpret_cast<const float*>(dc), got.size());
+    CHECK(got == codes);
+    std::vector<float> y(size_t(Q * F));
+    ref::rvq_decode(Q, F, bins, n, codes.data(), hb.data(), y.data());
+    Dev dy(y.size());
+    gpu::upload_i32(dc, codes.data(), codes.size());
+    gpu::rvq_decode(Q, F, bins, n, dc, db.data(), dy.p);
+    expect_close(dy.host(), y, 0, 1e-6);
+    gpu::release(dc);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (gpu::device_count() == 0) {
+    std::printf("SKIPPED: no GPU device; the GPU kernels were compiled but not run\n");
+    return 77;
+  }
+  doctest::Context ctx;
+  ctx.applyCommandLine(argc, argv);
+  return ctx.run();
+}
