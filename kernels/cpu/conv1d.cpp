@@ -67,7 +67,10 @@ void direct(const Conv1dShape& s, const float* x, const float* w, const float* b
       const float* xr = x + ci * s.length_in;
       const float* cr = ctx ? ctx + ci * P : nullptr;
       const int64_t first = t0 * s.stride - P;
-      for (int64_t j = 0; j < L; ++j) win[size_t(ci * L + j)] = first + j < 0 ? left_of(s, xr, cr, first + j) : xr[first + j];
+      float* wr = win.data() + ci * L;
+      int64_t j = 0;
+      for (; j < L && first + j < 0; ++j) wr[j] = left_of(s, xr, cr, first + j);  // at most P values
+      std::copy(xr + first + j, xr + first + L, wr + j);
     }
     for (int64_t co = 0; co < s.out_channels; ++co) {
       float* yr = y + co * T_out + t0;
