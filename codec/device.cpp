@@ -8,7 +8,7 @@ namespace {
 #define MIMI_KERNEL_TABLE(ns)                                                                     \
   Kernels{ns::gemm,      ns::conv1d,    ns::conv_transpose1d, ns::elu,       ns::gelu_erf,        \
           ns::add_inplace, ns::bias_add, ns::layer_scale_add, ns::layer_norm, ns::linear, ns::rope,             \
-          ns::attention, ns::rvq_encode, ns::rvq_decode}
+          ns::attention, ns::rvq_encode, ns::rvq_decode, ns::resblock}
 
 const Kernels kCpu = MIMI_KERNEL_TABLE(cpu);
 const Kernels kRef = MIMI_KERNEL_TABLE(ref);

@@ -34,6 +34,7 @@ struct Kernels {
   decltype(&cpu::attention) attention;
   decltype(&cpu::rvq_encode) rvq_encode;
   decltype(&cpu::rvq_decode) rvq_decode;
+  decltype(&cpu::resblock) resblock;  // optional fused op; nullptr: plans compose the ops above
 };
 
 // Throws Error(Device) for a backend this build lacks or a device that is not present:

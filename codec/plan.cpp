@@ -101,9 +101,35 @@ int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const fl
   return Tout;
 }
 
-// x [C, T] += conv2(ELU(conv1(ELU(x)))), the residual add fused into conv2.
+// x [C, T] += conv2(ELU(conv1(ELU(x)))): the backend's fused op when it has one, else the ops
+// (the residual add fused into conv2). `st` carries conv1's left context of raw x.
 void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x, int64_t C, int64_t T, Scratch& s,
                    StageTimer& t) {
+  const Conv1dShape& c1 = r.conv1.shape;
+  if (k.resblock && c1.stride == 1 && c1.groups == 1 && r.conv2.shape.kernel == 1) {
+    const int64_t P = c1.context();
+    if (!st.started) {
+      st.hist.resize({C, std::max<int64_t>(P, 1)});  // zeros: conv1 pads with zeros
+      st.started = true;
+    }
+    // the next chunk's context, taken before the op overwrites x
+    std::vector<float>& next = s.ctx_next;
+    next.resize(size_t(C * P));
+    for (int64_t c = 0; c < C && P > 0; ++c)
+      for (int64_t j = 0; j < P; ++j) {
+        const int64_t idx = T - P + j;
+        next[size_t(c * P + j)] = idx >= 0 ? x[c * T + idx] : st.hist.ptr()[c * P + P + idx];
+      }
+    const ResBlockShape sh{C, c1.out_channels, c1.kernel, c1.dilation, T};
+    k.resblock(sh, r.conv1.weight.data, opt(r.conv1.bias), r.conv2.weight.data, opt(r.conv2.bias),
+               P > 0 ? st.hist.ptr() : nullptr, x);
+    std::copy(next.begin(), next.end(), st.hist.ptr());
+    Conv1dShape s1 = c1, s2 = r.conv2.shape;
+    s1.length_in = T;
+    s2.length_in = T;
+    t.add_flops(conv_flops(s1) + conv_flops(s2));
+    return;
+  }
   k.elu(C * T, x, s.b.ptr());
   conv_step(k, r.conv1, st, s.b.ptr(), T, s.c.ptr(), s, t);
   k.elu(r.conv1.shape.out_channels * T, s.c.ptr(), s.c.ptr());

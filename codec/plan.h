@@ -55,6 +55,7 @@ struct Scratch {
   Buffer full;                // their untrimmed output, whose end is the carried tail
   Buffer h, qkv, o, ff;       // transformer: [D,T], [3D,T], [D,T], [FF,T]
   Buffer kbuf, vbuf;          // [D, context-1 + T]: cached then new keys/values
+  std::vector<float> ctx_next;  // a fused resblock's next left context
 };
 
 class EncodePlan {

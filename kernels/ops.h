@@ -119,11 +119,25 @@ struct ConvTranspose1dShape {
   void rvq_decode(int64_t Q, int64_t F, int64_t bins, int64_t n, const int32_t* codes,         \
                   const float* const* codebooks, float* y);
 
+// SEANet residual block as one op (optional: a backend without it composes the ops above):
+//   x [C, T] += conv2(ELU(conv1(ELU(x)))), conv1: C -> H, kernel K, dilation d, causal, its
+//   left context `context` [C, P = (K-1)*d] of raw (pre-ELU) x, or zeros when nullptr;
+//   conv2: H -> C pointwise. w1 [H, C, K], b1 [H], w2 [C, H, 1], b2 [C].
+struct ResBlockShape {
+  int64_t channels = 1, hidden = 1, kernel = 1, dilation = 1, length = 0;
+  int64_t context() const { return (kernel - 1) * dilation; }
+};
+#define MIMI_DECLARE_RESBLOCK                                                                   \
+  void resblock(const ResBlockShape& s, const float* w1, const float* b1, const float* w2,    \
+                const float* b2, const float* context, float* x);
+
 namespace ref {
 MIMI_DECLARE_OPS
+MIMI_DECLARE_RESBLOCK
 }
 namespace cpu {
 MIMI_DECLARE_OPS
+MIMI_DECLARE_RESBLOCK
 // Threads used by the CPU kernels (0 = all hardware threads).
 void set_num_threads(int n);
 int num_threads();

@@ -205,6 +205,25 @@ TEST_CASE("conv_transpose1d: untrimmed output and bias_add") {
   }
 }
 
+TEST_CASE("resblock: fused cpu op vs the composed reference") {
+  Rng r(24);
+  struct Case { int64_t C, H, K, d, T; };
+  for (const Case& c : {Case{4, 2, 3, 1, 1}, Case{8, 4, 3, 1, 5}, Case{64, 32, 3, 1, 600}, Case{6, 3, 3, 2, 300},
+                        Case{5, 3, 1, 1, 17}, Case{3, 2, 3, 1, 257}}) {
+    CAPTURE(c.C); CAPTURE(c.H); CAPTURE(c.K); CAPTURE(c.d); CAPTURE(c.T);
+    const ResBlockShape s{c.C, c.H, c.K, c.d, c.T};
+    auto w1 = random_vec(size_t(c.H * c.C * c.K), r), b1 = random_vec(size_t(c.H), r);
+    auto w2 = random_vec(size_t(c.C * c.H), r), b2 = random_vec(size_t(c.C), r);
+    auto x = random_vec(size_t(c.C * c.T), r, -3, 3), ctx = random_vec(size_t(c.C * s.context()) + 1, r, -3, 3);
+    for (bool with_ctx : {false, true}) {
+      auto a = x, b = x;
+      ref::resblock(s, w1.data(), b1.data(), w2.data(), b2.data(), with_ctx ? ctx.data() : nullptr, a.data());
+      cpu::resblock(s, w1.data(), b1.data(), w2.data(), b2.data(), with_ctx ? ctx.data() : nullptr, b.data());
+      expect_close(b, a, 1e-5);
+    }
+  }
+}
+
 TEST_CASE("conv1d: hand-computed causal example") {
   // x = [1, 2, 3], w = [1, 10, 100], zero left pad 2: y[t] = 100 x[t] + 10 x[t-1] + x[t-2]
   const std::vector<float> x{1, 2, 3}, w{1, 10, 100};
