@@ -188,7 +188,8 @@ TEST_CASE("conv1d: a given left context equals the conv of the context-prefixed 
 
 TEST_CASE("conv_transpose1d: untrimmed output and bias_add") {
   Rng r(22);
-  for (auto [cin, cout, k, stride, groups, T] : {std::array<int64_t, 6>{4, 2, 16, 8, 1, 3}, {6, 6, 4, 2, 6, 5}, {5, 3, 12, 6, 1, 1}}) {
+  for (auto [cin, cout, k, stride, groups, T] : {std::array<int64_t, 6>{4, 2, 16, 8, 1, 3}, {6, 6, 4, 2, 6, 5}, {5, 3, 12, 6, 1, 1},
+                                                 {4, 3, 8, 4, 1, 1200}, {3, 2, 7, 3, 1, 1100}}) {
     ConvTranspose1dShape s{cin, cout, k, stride, groups, T};
     s.trimmed = false;
     CHECK(s.length_out() == (T - 1) * stride + k);
@@ -242,6 +243,7 @@ TEST_CASE("conv_transpose1d: cpu vs ref") {
       {1, 1, 1, 1, 1, 1},    {4, 2, 16, 8, 1, 1}, {4, 2, 16, 8, 1, 7},  {5, 3, 12, 6, 1, 11},
       {6, 6, 4, 2, 6, 9},    {6, 6, 4, 2, 6, 1},  {4, 6, 4, 2, 2, 5},   {64, 32, 8, 4, 1, 1100},
       {3, 5, 3, 3, 1, 4},    {7, 3, 10, 5, 1, 13}, {33, 33, 4, 2, 33, 50},
+      {8, 4, 8, 4, 1, 1500}, {5, 3, 10, 5, 1, 1100}, {3, 2, 7, 3, 1, 1030},  // polyphase path
   };
   Rng r(3);
   for (const Case& c : cases) {
