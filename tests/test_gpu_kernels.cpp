@@ -197,7 +197,7 @@ TEST_CASE("gpu attention and rvq") {
     gpu::rvq_encode(Q, F, bins, n, dx.p, db.data(), dn.data(), dc);
     std::vector<int32_t> got(codes.size());
     gpu::synchronize();
-    gpu::download(reinterpret_cast<float*>(got.data()), reinterpret_cast<const float*>(dc), got.size());
+    gpu::download_i32(got.data(), dc, got.size());
     CHECK(got == codes);
     std::vector<float> y(size_t(Q * F));
     ref::rvq_decode(Q, F, bins, n, codes.data(), hb.data(), y.data());

@@ -20,6 +20,7 @@ void upload(float* dst, const float* src, size_t n);
 void download(float* dst, const float* src, size_t n);
 int32_t* alloc_i32(size_t n);
 void upload_i32(int32_t* dst, const int32_t* src, size_t n);
+void download_i32(int32_t* dst, const int32_t* src, size_t n);
 void synchronize();
 
 }  // namespace mimi::gpu

@@ -36,6 +36,9 @@ void upload(float* dst, const float* src, size_t n) {
 void upload_i32(int32_t* dst, const int32_t* src, size_t n) {
   check(gpuMemcpy(dst, src, n * sizeof(int32_t), gpuMemcpyHostToDevice), "upload");
 }
+void download_i32(int32_t* dst, const int32_t* src, size_t n) {
+  check(gpuMemcpy(dst, src, n * sizeof(int32_t), gpuMemcpyDeviceToHost), "download");
+}
 void download(float* dst, const float* src, size_t n) {
   check(gpuMemcpy(dst, src, n * sizeof(float), gpuMemcpyDeviceToHost), "download");
 }
