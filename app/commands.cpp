@@ -54,6 +54,59 @@ TokenFile read_token_input(const std::string& path, bool recover) {
   return t;
 }
 
+
+struct EncodedAudio {
+  Codes codes;
+  int64_t samples = 0;  // at the model rate
+  double compute = 0;   // seconds in the engine
+  int source_rate = 0, source_channels = 0;
+};
+
+// An audio file (or "-") to codes, block by block in constant memory: the channels averaged
+// (channel -1) or one of them, resampled to the model rate, encoded as it arrives.
+EncodedAudio encode_audio(Engine& eng, const std::string& in, int n_q, int channel, bool quiet) {
+  AudioReader reader(in);
+  StreamResampler rs(reader.sample_rate(), eng.config().sample_rate);
+  EncoderSession session(eng, n_q);
+  EncodedAudio a;
+  a.source_rate = reader.sample_rate();
+  a.source_channels = reader.channels();
+  const int nch = reader.channels();
+  std::vector<float> block, mono, pcm;
+  Progress bar(in, reader.frames(), double(reader.frames()) / reader.sample_rate(), !quiet);
+  auto feed = [&] {
+    const double c0 = now();
+    if (!pcm.empty()) session.feed(pcm.data(), int64_t(pcm.size()));
+    a.compute += now() - c0;
+    pcm.clear();
+  };
+  int64_t got, read_frames = 0;
+  while ((got = reader.read(block, 1 << 16)) > 0) {
+    bar.update(read_frames += got);
+    mono.resize(size_t(got));
+    for (int64_t i = 0; i < got; ++i) {
+      if (channel >= 0) {
+        mono[size_t(i)] = block[size_t(i * nch + channel)];
+      } else {
+        float s = 0.0f;
+        for (int c = 0; c < nch; ++c) s += block[size_t(i * nch + c)];
+        mono[size_t(i)] = s / float(nch);
+      }
+    }
+    rs.process(mono.data(), mono.size(), pcm);
+    feed();
+  }
+  rs.process(nullptr, 0, pcm);
+  feed();
+  bar.finish();
+  if (session.samples() == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
+  a.samples = session.samples();
+  const double c0 = now();
+  a.codes = session.finish();
+  a.compute += now() - c0;
+  return a;
+}
+
 }  // namespace
 
 int exit_code_for(ErrorKind k) {
@@ -148,51 +201,18 @@ int App::encode(const EncodeOptions& o) {
     int channels = 1;
     if (o.split_channels) channels = AudioReader(in).channels();  // a file: reopened per channel
     for (int ch = o.split_channels ? 0 : -1; ch < (o.split_channels ? channels : 0); ++ch) {  // -1: the downmix
-      AudioReader reader(in);
       Engine& eng = engine();
       const int rate = eng.config().sample_rate;
-      StreamResampler rs(reader.sample_rate(), rate);
-      EncoderSession session(eng, o.n_q);
-      std::vector<float> block, mono, pcm;
-      double compute = 0;
-      Progress bar(in, reader.frames(), double(reader.frames()) / reader.sample_rate(), !common_.quiet);
-      int64_t read_frames = 0;
-      auto feed = [&] {
-        const double c0 = now();
-        if (!pcm.empty()) session.feed(pcm.data(), int64_t(pcm.size()));
-        compute += now() - c0;
-        pcm.clear();
-      };
-      int64_t got;
-      while ((got = reader.read(block, 1 << 16)) > 0) {
-        bar.update(read_frames += got);
-        mono.resize(size_t(got));
-        for (int64_t i = 0; i < got; ++i) {
-          if (ch >= 0) {
-            mono[size_t(i)] = block[size_t(i * reader.channels() + ch)];
-          } else {
-            float s = 0.0f;
-            for (int c = 0; c < reader.channels(); ++c) s += block[size_t(i * reader.channels() + c)];
-            mono[size_t(i)] = s / float(reader.channels());
-          }
-        }
-        rs.process(mono.data(), mono.size(), pcm);
-        feed();
-      }
-      rs.process(nullptr, 0, pcm);
-      feed();
-      bar.finish();
-      if (session.samples() == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
-      const double c0 = now();
+      const EncodedAudio a = encode_audio(eng, in, o.n_q, ch, common_.quiet);
+      const double compute = a.compute;
       TokenFile t;
-      t.codes = session.finish();
-      compute += now() - c0;
+      t.codes = a.codes;
       t.meta.sample_rate = rate;
       t.meta.frame_rate = eng.config().frame_rate;
       t.meta.codebook_size = eng.config().bins;
-      t.meta.original_samples = session.samples();
-      t.meta.source_sample_rate = reader.sample_rate();
-      t.meta.source_channels = reader.channels();
+      t.meta.original_samples = a.samples;
+      t.meta.source_sample_rate = a.source_rate;
+      t.meta.source_channels = a.source_channels;
       if (ch >= 0) t.meta.channel = ch;
       t.meta.weights_fingerprint = eng.model().fingerprint;
       t.meta.tool_version = MIMI_VERSION;
@@ -205,7 +225,7 @@ int App::encode(const EncodeOptions& o) {
       if (ch >= 0 && path == "-") throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
       const std::vector<uint8_t> bytes = write_tokens(t, fmt);
       write_output(path, bytes, common_.force);
-      const double seconds = double(session.samples()) / rate;
+      const double seconds = double(a.samples) / rate;
       spdlog::info("{} -> {}: {:.2f} s, {} frames x {} codebooks, {:.0f} bit/s, {:.1f}x real time", in, path, seconds,
                    t.codes.frames, t.codes.n_q, 8.0 * double(bytes.size()) / seconds, seconds / compute);
       emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},
@@ -351,41 +371,19 @@ int App::roundtrip(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = now();
-    AudioReader reader(in);
     Engine& eng = engine();
     const int rate = eng.config().sample_rate;
     const int n_q = o.n_q > 0 ? o.n_q : std::min(8, eng.config().n_q);
-    StreamResampler rs(reader.sample_rate(), rate);
-    EncoderSession session(eng, n_q);
-    std::vector<float> block, mono, pcm;
-    int64_t got;
-    double enc = 0;
-    while ((got = reader.read(block, 1 << 16)) > 0) {
-      mono.assign(size_t(got), 0.0f);
-      for (int64_t i = 0; i < got; ++i) {
-        for (int c = 0; c < reader.channels(); ++c) mono[size_t(i)] += block[size_t(i * reader.channels() + c)];
-        mono[size_t(i)] /= float(reader.channels());
-      }
-      pcm.clear();
-      rs.process(mono.data(), mono.size(), pcm);
-      const double c0 = now();
-      session.feed(pcm.data(), int64_t(pcm.size()));
-      enc += now() - c0;
-    }
-    pcm.clear();
-    rs.process(nullptr, 0, pcm);
-    session.feed(pcm.data(), int64_t(pcm.size()));
-    if (session.samples() == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
-    const double c0 = now();
+    const EncodedAudio a = encode_audio(eng, in, n_q, -1, common_.quiet);
+    const double enc = a.compute;
     TokenFile t;
-    t.codes = session.finish();
-    enc += now() - c0;
-    t.meta.original_samples = session.samples();
-    t.meta.source_sample_rate = reader.sample_rate();
+    t.codes = a.codes;
+    t.meta.original_samples = a.samples;
+    t.meta.source_sample_rate = a.source_rate;
     t.meta.codebook_size = eng.config().bins;
     const std::string path = output_path(in, o.out, ".roundtrip.wav");
     const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in, common_.quiet);
-    const double seconds = double(session.samples()) / rate;
+    const double seconds = double(a.samples) / rate;
     spdlog::info("{} -> {}: {:.2f} s, {} codebooks, encode {:.1f}x / decode {:.1f}x real time", in, path, seconds, n_q,
                  seconds / enc, seconds / d.compute);
     emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},

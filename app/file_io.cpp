@@ -39,23 +39,22 @@ std::vector<uint8_t> read_input(const std::string& path) {
   return b;
 }
 
-namespace {
-void write_all(int fd, const std::vector<uint8_t>& bytes, const std::string& what) {
-  size_t off = 0;
-  while (off < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (n < 0) {
+void write_all(int fd, const void* data, size_t n, const std::string& what) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
       if (errno == EINTR) continue;
       throw Error(ErrorKind::Output, what + ": write failed: " + std::strerror(errno));
     }
-    off += size_t(n);
+    p += w;
+    n -= size_t(w);
   }
 }
-}  // namespace
 
 void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bool force) {
   if (path == "-") {
-    write_all(1, bytes, "stdout");
+    write_all(1, bytes.data(), bytes.size(), "stdout");
     return;
   }
   std::error_code ec;
@@ -69,7 +68,7 @@ void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bo
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) throw Error(ErrorKind::Output, path + ": cannot create: " + std::strerror(errno));
   try {
-    write_all(fd, bytes, path);
+    write_all(fd, bytes.data(), bytes.size(), path);
     if (::fsync(fd) != 0) throw Error(ErrorKind::Output, path + ": fsync failed: " + std::strerror(errno));
   } catch (...) {
     ::close(fd);

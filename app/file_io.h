@@ -15,6 +15,9 @@ std::vector<uint8_t> read_input(const std::string& path);
 // "-" writes to stdout. Throws Error(Output).
 void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bool force);
 
+// Writes all n bytes to a file descriptor (retrying short writes). Throws Error(Output).
+void write_all(int fd, const void* data, size_t n, const std::string& what);
+
 // Where the output for `input` goes:
 //   out == "-"                  -> "-" (stdout)
 //   out ends with '/' or is a directory -> out/<stem><ext>

@@ -39,6 +39,15 @@ uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc) {
   return ~crc;
 }
 
+void unpack_codes(const uint8_t* payload, size_t count, int bits, int32_t* out) {
+  uint64_t bitpos = 0;
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t v = 0;
+    for (int k = 0; k < bits; ++k, ++bitpos) v |= uint32_t(payload[bitpos / 8] >> (bitpos % 8) & 1u) << k;
+    out[i] = int32_t(v);
+  }
+}
+
 int bits_for(int codebook_size) {
   int b = 1;
   while ((int64_t(1) << b) < codebook_size) ++b;
@@ -159,13 +168,9 @@ MimiReadResult read_mimi(const std::vector<uint8_t>& b, const std::string& what)
       r.damage = "chunk CRC mismatch after " + std::to_string(r.frames) + " frames (damaged data)";
       return r;
     }
-    const uint8_t* d = p + 8;
-    uint64_t bitpos = 0;
-    for (uint64_t i = 0; i < uint64_t(nf) * uint64_t(r.n_q); ++i) {
-      uint32_t v = 0;
-      for (int k = 0; k < bits; ++k, ++bitpos) v |= uint32_t(d[bitpos / 8] >> (bitpos % 8) & 1u) << k;
-      r.frame_major.push_back(int32_t(v));
-    }
+    const size_t old = r.frame_major.size();
+    r.frame_major.resize(old + size_t(nf) * size_t(r.n_q));
+    unpack_codes(p + 8, size_t(nf) * size_t(r.n_q), bits, r.frame_major.data() + old);
     r.frames += nf;
     pos += 8 + payload + 4;
   }

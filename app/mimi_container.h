@@ -14,6 +14,8 @@ constexpr uint8_t kMimiVersion = 1;
 
 uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc = 0);
 int bits_for(int codebook_size);  // ceil(log2(codebook_size)), at least 1
+// `count` codes of `bits` bits each, LSB-first, from a chunk payload (docs/FORMAT.md).
+void unpack_codes(const uint8_t* payload, size_t count, int bits, int32_t* out);
 
 // Byte-level writer: header, then chunks, then the end record.
 struct MimiWriter {

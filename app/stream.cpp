@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/audio_io.h"
+#include "app/file_io.h"
 #include "app/mimi_container.h"
 #include "codec/error.h"
 
@@ -30,19 +31,6 @@ int open_out(const std::string& p, bool force) {
   const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error(ErrorKind::Output, p + ": cannot create: " + std::strerror(errno));
   return fd;
-}
-
-void write_all(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw Error(ErrorKind::Output, std::string("write failed: ") + std::strerror(errno));
-    }
-    p += w;
-    n -= size_t(w);
-  }
 }
 
 // Reads up to n bytes; returns fewer only at end of input.
@@ -149,7 +137,7 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
   MimiWriter w(bytes, header);
   if (o.format == "mimi") {
     writer = &w;
-    write_all(out, bytes.data(), bytes.size());
+    write_all(out, bytes.data(), bytes.size(), o.out);
   }
   bytes.clear();
   StreamStats st;
@@ -180,7 +168,7 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
         }
         bytes.insert(bytes.end(), s.begin(), s.end());
       }
-      write_all(out, bytes.data(), bytes.size());  // every complete frame goes out now
+      write_all(out, bytes.data(), bytes.size(), o.out);  // every complete frame goes out now
       bytes.clear();
       st.frames += n;
       pending.erase(pending.begin(), pending.begin() + n * fs);
@@ -210,7 +198,7 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
   encode_ready(true);
   if (writer) {
     w.finish(st.samples);
-    write_all(out, bytes.data(), bytes.size());
+    write_all(out, bytes.data(), bytes.size(), o.out);
   }
   if (out != 1) ::close(out);
   if (in != 0) ::close(in);
@@ -260,7 +248,7 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
     std::memcpy(h + 34, &bps, 2);
     std::memcpy(h + 36, "data", 4);
     std::memset(h + 40, 0xff, 4);
-    write_all(out, h, 44);
+    write_all(out, h, 44, o.out);
   } else if (o.raw_sample != "s16le" && o.raw_sample != "f32le") {
     throw Error(ErrorKind::Usage, "--raw-format for decode output must be s16le or f32le");
   }
@@ -293,7 +281,7 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
         std::memcpy(pcm_bytes.data() + 2 * i, &s, 2);
       }
     }
-    write_all(out, pcm_bytes.data(), pcm_bytes.size());
+    write_all(out, pcm_bytes.data(), pcm_bytes.size(), o.out);
     ++st.frames;
     st.samples += fs;
   };
@@ -313,16 +301,10 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
         throw Error(ErrorKind::Input, o.input + ": truncated chunk after " + std::to_string(st.frames) + " frames");
       if (crc32(body.data(), 4 + payload) != le32(body.data() + 4 + payload))
         throw Error(ErrorKind::Input, o.input + ": chunk CRC mismatch after " + std::to_string(st.frames) + " frames");
-      uint64_t bit = 0;
-      for (uint32_t f = 0; f < nf; ++f) {
-        std::vector<int32_t> frame(static_cast<size_t>(n_q_file));
-        for (int k = 0; k < n_q_file; ++k) {
-          uint32_t v = 0;
-          for (int b = 0; b < bits; ++b, ++bit) v |= uint32_t(body[4 + bit / 8] >> (bit % 8) & 1u) << b;
-          frame[size_t(k)] = int32_t(v);
-        }
-        emit(frame, n_q_file);
-      }
+      std::vector<int32_t> codes(size_t(nf) * size_t(n_q_file));  // frame-major
+      unpack_codes(body.data() + 4, codes.size(), bits, codes.data());
+      for (uint32_t f = 0; f < nf; ++f)
+        emit(std::vector<int32_t>(codes.begin() + f * n_q_file, codes.begin() + (f + 1) * n_q_file), n_q_file);
     }
   } else {
     char buf[4096];

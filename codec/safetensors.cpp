@@ -279,9 +279,7 @@ std::vector<uint8_t> safetensors_bytes(const std::vector<TensorToWrite>& tensors
   return out;
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  const std::vector<uint8_t> bytes = safetensors_bytes(tensors, metadata);
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   if (!f) throw Error(ErrorKind::Output, path + ": cannot open for writing");
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));

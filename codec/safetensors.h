@@ -67,12 +67,12 @@ struct TensorToWrite {
   const void* data = nullptr;  // numel * dtype_size bytes, little-endian
 };
 
-// Writes a safetensors file in the given tensor order (header padded to 8 bytes).
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
-// The same bytes, in memory.
+// A safetensors file's bytes, tensors in the given order (header padded to 8 bytes).
 std::vector<uint8_t> safetensors_bytes(const std::vector<TensorToWrite>& tensors,
                                        const std::map<std::string, std::string>& metadata = {});
+
+// Writes bytes to a file (truncating it). Throws Error(Output).
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);
 
 float half_to_float(uint16_t h);
 float bf16_to_float(uint16_t h);

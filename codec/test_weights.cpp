@@ -1,7 +1,6 @@
 #include "codec/test_weights.h"
 
 #include <cmath>
-#include <fstream>
 
 #include "codec/error.h"
 #include "kernels/cpu/threads.h"
@@ -117,11 +116,7 @@ std::vector<uint8_t> test_weights_file(const GeneratedWeights& w, Dialect dialec
 
 void write_test_weights(const std::string& path, const GeneratedWeights& w, Dialect dialect,
                         const std::map<std::string, std::string>& metadata) {
-  const std::vector<uint8_t> bytes = test_weights_file(w, dialect, metadata);
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw Error(ErrorKind::Output, path + ": cannot open for writing");
-  f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-  if (!f) throw Error(ErrorKind::Output, path + ": write failed");
+  write_bytes(path, test_weights_file(w, dialect, metadata));
 }
 
 }  // namespace mimi

@@ -89,6 +89,16 @@ WavInfo wav_info(const fs::path& p) {
   return {info.samplerate, info.channels, info.frames, info.format};
 }
 
+std::vector<float> read_wav(const fs::path& p) {  // mono samples as float
+  SF_INFO info{};
+  SNDFILE* f = sf_open(p.c_str(), SFM_READ, &info);
+  REQUIRE(f != nullptr);
+  std::vector<float> y(size_t(info.frames));
+  sf_readf_float(f, y.data(), info.frames);
+  sf_close(f);
+  return y;
+}
+
 std::vector<float> golden_input(const std::string& c) {
   const SafetensorsFile g = SafetensorsFile::open(data_dir() + "/tiny/cases/" + c + ".safetensors");
   const Tensor t = g.to_f32("input");
@@ -126,11 +136,7 @@ TEST_CASE("cli: 24 kHz float input reproduces the golden codes exactly; decode t
   CHECK(wav_info(box / "full.wav").frames == 27 * 1920);
   CHECK((wav_info(box / "full.wav").format & SF_FORMAT_SUBMASK) == SF_FORMAT_PCM_16);
   // the decoded float samples are the engine's output, trimmed
-  SF_INFO info{};
-  SNDFILE* f = sf_open((box / "speech.dec.wav").c_str(), SFM_READ, &info);
-  std::vector<float> y(size_t(info.frames));
-  sf_readf_float(f, y.data(), info.frames);
-  sf_close(f);
+  const std::vector<float> y = read_wav(box / "speech.dec.wav");
   const Tensor gout = g.to_f32("output");
   double worst = 0, mx = 0;
   for (size_t i = 0; i < y.size(); ++i) {
@@ -337,15 +343,7 @@ TEST_CASE("cli: --stream in a real pipe gives the offline codes and audio") {
              "mimi decode r.mimi -o o.wav --no-trim --sample-format f32 -q");
   REQUIRE(r.code == 0);
   CHECK(wav_info(box / "s.wav").frames == 27 * 1920);
-  auto read = [](const fs::path& p) {
-    SF_INFO info{};
-    SNDFILE* f = sf_open(p.c_str(), SFM_READ, &info);
-    std::vector<float> y(size_t(info.frames));
-    sf_readf_float(f, y.data(), info.frames);
-    sf_close(f);
-    return y;
-  };
-  const auto a = read(box / "s.wav"), b = read(box / "o.wav");
+  const auto a = read_wav(box / "s.wav"), b = read_wav(box / "o.wav");
   REQUIRE(a.size() == b.size());
   double worst = 0, mx = 0;
   for (size_t i = 0; i < a.size(); ++i) {
