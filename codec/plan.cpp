@@ -30,10 +30,11 @@ double convtr_flops(const ConvTranspose1dShape& s) {
 // last P inputs are kept in `st` for the next chunk; the kernel reads the context in place, so
 // nothing is copied. `accumulate` adds into y (residual).
 int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x, int64_t T, float* y,
-                  Scratch& s, StageTimer& t, bool accumulate = false) {
+                  Scratch& s, StageTimer& t, bool accumulate = false, bool elu_input = false) {
   (void)s;
   Conv1dShape sh = c.shape;
   sh.length_in = T;
+  sh.elu_input = elu_input;
   const int64_t P = sh.context(), Cin = sh.in_channels;
   if (P == 0) {  // no context to carry (pointwise, or kernel == stride)
     k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate, nullptr);
@@ -205,42 +206,33 @@ void check_frames_nq(const Config& c, int64_t frames, int n_q) {
     throw Error(ErrorKind::Usage, "n_q must be in 1.." + std::to_string(c.n_q) + ", got " + std::to_string(n_q));
 }
 
-// Scratch for chunks of up to T samples (T25 transformer steps).
-void size_scratch(Scratch& s, const Model& m, int64_t T, int64_t T25) {
-  const Config& c = m.cfg;
-  int64_t maxCT = int64_t(c.dimension) * T25, work = 1, full = 1;
-  auto conv = [&](const Conv& cv, int64_t t_in) {
+// Sizes scratch buffers from the stages that will run on them: each conv's input and output
+// [C, T], and a transposed conv's carried-tail inputs/outputs (work/full).
+struct ScratchSizer {
+  int64_t maxCT = 1, work = 1, full = 1;
+  void conv(const Conv& cv, int64_t t_in) {
     maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * (t_in / cv.shape.stride)});
-  };
-  auto convtr = [&](const ConvTr& cv, int64_t t_in) {  // work/full hold the carried tail's inputs/outputs
+  }
+  void convtr(const ConvTr& cv, int64_t t_in) {
     const int64_t S = cv.shape.stride, m = std::min(t_in, (cv.shape.kernel + S - 1) / S);
     maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * t_in * S});
     work = std::max(work, cv.shape.in_channels * m);
     full = std::max(full, cv.shape.out_channels * ((m - 1) * S + cv.shape.kernel));
-  };
-  int64_t t = T;
-  conv(m.enc_in, t);
-  for (const EncoderStage& st : m.enc) {
-    for (const ResBlock& r : st.res) conv(r.conv1, t), conv(r.conv2, t);
-    conv(st.down, t);
-    t /= st.down.shape.stride;
   }
-  conv(m.enc_out, t);
-  conv(m.downsample, t);
-  convtr(m.upsample, T25 / c.downsample_stride());
-  t = T25;
-  conv(m.dec_in, t);
-  for (const DecoderStage& st : m.dec) {
-    convtr(st.up, t);
-    t *= st.up.shape.stride;
-    for (const ResBlock& r : st.res) conv(r.conv1, t), conv(r.conv2, t);
+  void resblocks(const std::vector<ResBlock>& res, int64_t t) {
+    for (const ResBlock& r : res) conv(r.conv1, t), conv(r.conv2, t);
   }
-  conv(m.dec_out, t);
-  s.a.resize({maxCT});
-  s.b.resize({maxCT});
-  s.c.resize({(maxCT + c.compress - 1) / c.compress});
-  s.work.resize({work});
-  s.full.resize({full});
+  void allocate(Scratch& s, int compress) const {
+    s.a.resize({maxCT});
+    s.b.resize({maxCT});
+    s.c.resize({(maxCT + compress - 1) / compress});
+    s.work.resize({work});
+    s.full.resize({full});
+  }
+};
+
+// Transformer buffers for T25 steps.
+void size_transformer(Scratch& s, const Config& c, int64_t T25) {
   const int64_t D = c.d_model, Tk = c.context - 1 + T25;
   s.h.resize({D, T25});
   s.qkv.resize({3 * D, T25});
@@ -252,6 +244,33 @@ void size_scratch(Scratch& s, const Model& m, int64_t T, int64_t T25) {
 
 }  // namespace
 
+SeanetSplit seanet_split(const Model& m) {
+  // A stage is sub-chunked when its activation exceeds kFloatsPerFrame per frame: 64 channels
+  // at 24 kHz are 122880 floats (480 kB) a frame, so a 64-frame push would stream 31 MB per pass
+  // through memory. Sub-chunks of kSubFrames keep it near 8 MB. Measured (docs/PERF.md): cutting
+  // only the 24 kHz stages beat also cutting the 6 kHz ones, whose transposed conv and GEMMs
+  // lose more to the narrower columns than they gain in cache, and 16 frames beat 8.
+  constexpr int64_t kFloatsPerFrame = 65536, kSubFrames = 16;
+  SeanetSplit sp;
+  sp.sub_frames = kSubFrames;
+  const int64_t tau = kFloatsPerFrame;
+  int64_t per_frame = m.cfg.frame_size();  // samples per frame at the current stage's rate
+  for (const EncoderStage& st : m.enc) {    // input of block b: in_channels of its first conv
+    const int64_t C = st.res.empty() ? st.down.shape.in_channels : st.res.front().conv1.shape.in_channels;
+    if (C * per_frame < tau) break;
+    ++sp.enc_head;
+    per_frame /= st.down.shape.stride;
+  }
+  per_frame = m.cfg.frame_size();
+  sp.dec_tail = m.dec.size();
+  for (size_t b = m.dec.size(); b-- > 0;) {  // output of block b
+    if (m.dec[b].up.shape.out_channels * per_frame < tau) break;
+    sp.dec_tail = b;
+    per_frame /= m.dec[b].up.shape.stride;
+  }
+  return sp;
+}
+
 // ---------------------------------------------------------------------------------- encode
 
 EncodePlan::EncodePlan(const Model& m, const Device& device, int64_t max_frames, int n_q)
@@ -259,7 +278,24 @@ EncodePlan::EncodePlan(const Model& m, const Device& device, int64_t max_frames,
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   const int64_t T = max_frames * frame_size_, T25 = max_frames * c.downsample_stride();
-  size_scratch(s_, m, T, T25);
+  split_ = seanet_split(m);
+  ScratchSizer head, body;
+  int64_t t = std::min(split_.sub_frames, max_frames) * frame_size_, tw = T;
+  head.conv(m.enc_in, t);
+  for (size_t b = 0; b < m.enc.size(); ++b) {
+    ScratchSizer& z = b < split_.enc_head ? head : body;
+    const int64_t tb = b < split_.enc_head ? t : tw;
+    z.resblocks(m.enc[b].res, tb);
+    z.conv(m.enc[b].down, tb);
+    t /= m.enc[b].down.shape.stride;
+    tw /= m.enc[b].down.shape.stride;
+  }
+  body.conv(m.enc_out, T25);
+  body.conv(m.downsample, T25);
+  body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25);
+  head.allocate(head_, c.compress);
+  body.allocate(s_, c.compress);
+  size_transformer(s_, c, T25);
   input_.resize({1, T});
   seanet_out_.resize({c.dimension, T25});
   tf_out_.resize({c.dimension, T25});
@@ -299,22 +335,26 @@ void EncodePlan::push(const float* pcm, int64_t n) {
                                       std::to_string(n));
   const Config& c = m_.cfg;
   Scratch& s = s_;
-  int64_t T = n * frame_size_, C = m_.enc_in.shape.out_channels;
+  int64_t T = n * frame_size_, C = 0;
   if (pcm != input_.ptr()) std::memcpy(input_.ptr(), pcm, size_t(T) * sizeof(float));
   set_shape(input_, {1, T});
-  {
-    StageTimer t(profile_, "enc.seanet.conv_in");
-    conv_step(k_, m_.enc_in, conv_in_, input_.ptr(), T, s.a.ptr(), s, t);
+  // the SEANet head on sub-chunks, each result scattered into its columns of s.a [C, T]
+  const int64_t sub = std::min(split_.sub_frames, n);
+  for (int64_t f0 = 0; f0 < n; f0 += sub) {
+    const int64_t nf = std::min(sub, n - f0);
+    int64_t t = nf * frame_size_, ch = m_.enc_in.shape.out_channels;
+    {
+      StageTimer timer(profile_, "enc.seanet.conv_in");
+      conv_step(k_, m_.enc_in, conv_in_, input_.ptr() + f0 * frame_size_, t, head_.a.ptr(), head_, timer);
+    }
+    for (size_t b = 0; b < split_.enc_head; ++b) block(b, head_, ch, t);
+    const int64_t per_frame = t / nf;
+    C = ch;
+    T = n * per_frame;
+    for (int64_t c = 0; c < ch; ++c)
+      std::memcpy(s.a.ptr() + c * T + f0 * per_frame, head_.a.ptr() + c * t, size_t(t) * sizeof(float));
   }
-  size_t r = 0;
-  for (size_t b = 0; b < m_.enc.size(); ++b) {
-    const EncoderStage& st = m_.enc[b];
-    StageTimer t(profile_, "enc.seanet.block" + std::to_string(b + 1));
-    for (const ResBlock& rb : st.res) resblock_step(k_, rb, res_[r++], s.a.ptr(), C, T, s, t);
-    k_.elu(C * T, s.a.ptr(), s.b.ptr());
-    T = conv_step(k_, st.down, stride_[b], s.b.ptr(), T, s.a.ptr(), s, t);
-    C = st.down.shape.out_channels;
-  }
+  for (size_t b = split_.enc_head; b < m_.enc.size(); ++b) block(b, s, C, T);
   const int64_t D = c.dimension, Q = c.q_dimension;
   set_shape(seanet_out_, {D, T});
   {
@@ -351,6 +391,16 @@ void EncodePlan::push(const float* pcm, int64_t n) {
   rvq_timer.add_flops(2.0 * double(n) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
 }
 
+void EncodePlan::block(size_t b, Scratch& sc, int64_t& C, int64_t& T) {
+  const EncoderStage& st = m_.enc[b];
+  StageTimer t(profile_, "enc.seanet.block" + std::to_string(b + 1));
+  for (size_t i = 0; i < st.res.size(); ++i)
+    resblock_step(k_, st.res[i], res_[b * st.res.size() + i], sc.a.ptr(), C, T, sc, t);
+  k_.elu(C * T, sc.a.ptr(), sc.b.ptr());
+  T = conv_step(k_, st.down, stride_[b], sc.b.ptr(), T, sc.a.ptr(), sc, t);
+  C = st.down.shape.out_channels;
+}
+
 const Buffer& EncodePlan::stage(const std::string& name) const {
   if (name == "input") return input_;
   if (name == "seanet_encoder_out") return seanet_out_;
@@ -368,7 +418,24 @@ DecodePlan::DecodePlan(const Model& m, const Device& device, int64_t max_frames,
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   const int64_t T25 = max_frames * c.downsample_stride(), T = max_frames * frame_size_;
-  size_scratch(s_, m, T, T25);
+  split_ = seanet_split(m);
+  ScratchSizer body, tail;
+  body.convtr(m.upsample, max_frames);
+  body.conv(m.dec_in, T25);
+  body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25);
+  int64_t tw = T25, t = std::min(split_.sub_frames, max_frames) * c.downsample_stride();
+  for (size_t b = 0; b < m.dec.size(); ++b) {
+    ScratchSizer& z = b < split_.dec_tail ? body : tail;
+    const int64_t tb = b < split_.dec_tail ? tw : t;
+    z.convtr(m.dec[b].up, tb);
+    z.resblocks(m.dec[b].res, tb * m.dec[b].up.shape.stride);
+    t *= m.dec[b].up.shape.stride;
+    tw *= m.dec[b].up.shape.stride;
+  }
+  tail.conv(m.dec_out, t);
+  body.allocate(s_, c.compress);
+  tail.allocate(tail_, c.compress);
+  size_transformer(s_, c, T25);
   codes_.assign(size_t(n_q) * size_t(max_frames), 0);
   sum_.resize({c.q_dimension, max_frames});
   quantized_.resize({c.dimension, max_frames});
@@ -446,19 +513,30 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
     StageTimer t(profile_, "dec.seanet.conv_in");
     conv_step(k_, m_.dec_in, conv_in_, tf_out_.ptr(), T, s.a.ptr(), s, t);
   }
-  size_t r = 0;
-  for (size_t b = 0; b < m_.dec.size(); ++b) {
-    const DecoderStage& st = m_.dec[b];
-    StageTimer t(profile_, "dec.seanet.block" + std::to_string(b + 1));
-    k_.elu(C * T, s.a.ptr(), s.b.ptr());
-    T = convtr_step(k_, st.up, convtr_[b], s.b.ptr(), T, s.a.ptr(), s, t);
-    C = st.up.shape.out_channels;
-    for (const ResBlock& rb : st.res) resblock_step(k_, rb, res_[r++], s.a.ptr(), C, T, s, t);
+  for (size_t b = 0; b < split_.dec_tail; ++b) block(b, s, C, T);
+  // the SEANet tail on sub-chunks: gather each one's columns of s.a [C, T]
+  set_shape(output_, {1, n * frame_size_});
+  const int64_t sub = std::min(split_.sub_frames, n), per_frame = T / n;
+  for (int64_t f0 = 0; f0 < n; f0 += sub) {
+    const int64_t nf = std::min(sub, n - f0);
+    int64_t t = nf * per_frame, ch = C;
+    for (int64_t c = 0; c < ch; ++c)
+      std::memcpy(tail_.a.ptr() + c * t, s.a.ptr() + c * T + f0 * per_frame, size_t(t) * sizeof(float));
+    for (size_t b = split_.dec_tail; b < m_.dec.size(); ++b) block(b, tail_, ch, t);
+    StageTimer timer(profile_, "dec.seanet.conv_out");  // ELU -> conv (64 -> 1 channel) in one pass
+    conv_step(k_, m_.dec_out, conv_out_, tail_.a.ptr(), t, output_.ptr() + f0 * frame_size_, tail_, timer, false,
+              /*elu_input=*/true);
   }
-  set_shape(output_, {1, T});
-  StageTimer t(profile_, "dec.seanet.conv_out");
-  k_.elu(C * T, s.a.ptr(), s.b.ptr());
-  conv_step(k_, m_.dec_out, conv_out_, s.b.ptr(), T, output_.ptr(), s, t);
+}
+
+void DecodePlan::block(size_t b, Scratch& sc, int64_t& C, int64_t& T) {
+  const DecoderStage& st = m_.dec[b];
+  StageTimer t(profile_, "dec.seanet.block" + std::to_string(b + 1));
+  k_.elu(C * T, sc.a.ptr(), sc.b.ptr());
+  T = convtr_step(k_, st.up, convtr_[b], sc.b.ptr(), T, sc.a.ptr(), sc, t);
+  C = st.up.shape.out_channels;
+  for (size_t i = 0; i < st.res.size(); ++i)
+    resblock_step(k_, st.res[i], res_[b * st.res.size() + i], sc.a.ptr(), C, T, sc, t);
 }
 
 const Buffer& DecodePlan::stage(const std::string& name) const {

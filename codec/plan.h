@@ -10,6 +10,12 @@
 //
 // bind_input()/bind_codes() + run() is the one-chunk (whole signal) case; stage outputs of the
 // last push stay readable so tests can compare layer by layer.
+//
+// Inside a push, the SEANet stages with many values per frame (the encoder's first blocks and
+// the decoder's last ones, 64-128 channels at 6-24 kHz) run on sub-chunks of a few frames, so
+// their activations stay in cache instead of streaming tens of MB through memory per pass; the
+// stream state makes that exact by construction. The low-rate stages and the transformer run on
+// the whole push, where wide GEMMs pay.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +55,14 @@ struct TransformerState {
   int64_t pos = 0;           // steps processed (the RoPE offset)
 };
 
+// Which SEANet stages run on sub-chunks, and how long those are.
+struct SeanetSplit {
+  int64_t sub_frames = 1;  // frames per sub-chunk
+  size_t enc_head = 0;     // encoder blocks [0, enc_head) (and conv_in) run per sub-chunk
+  size_t dec_tail = 0;     // decoder blocks [dec_tail, end) (and conv_out) run per sub-chunk
+};
+SeanetSplit seanet_split(const Model& m);
+
 struct Scratch {
   Buffer a, b, c;             // SEANet ping-pong: a, b [maxC * maxT], c half of that
   Buffer work;                // the last inputs of a transposed conv, [Cin, ceil(K/stride)]
@@ -82,6 +96,9 @@ class EncodePlan {
   void set_profile(Profile* p) { profile_ = p; }
 
  private:
+  // encoder block b on sc.a [C, T] in place (T and C updated)
+  void block(size_t b, Scratch& sc, int64_t& C, int64_t& T);
+
   const Model& m_;
   const Kernels& k_;
   int64_t max_frames_, frame_size_;
@@ -89,7 +106,9 @@ class EncodePlan {
   int64_t bound_frames_ = 0;
   Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;
   std::vector<int32_t> codes_;
-  Scratch s_;
+  SeanetSplit split_;
+  Scratch s_;     // whole-push stages
+  Scratch head_;  // the sub-chunked SEANet head
   ConvState conv_in_, conv_out_, down_;
   std::vector<ConvState> res_, stride_;  // per resblock conv1 and per strided conv
   TransformerState tf_;
@@ -118,13 +137,18 @@ class DecodePlan {
   void set_profile(Profile* p) { profile_ = p; }
 
  private:
+  // decoder block b on sc.a [C, T] in place (T and C updated)
+  void block(size_t b, Scratch& sc, int64_t& C, int64_t& T);
+
   const Model& m_;
   const Kernels& k_;
   int64_t max_frames_, frame_size_;
   int n_q_;
   std::vector<int32_t> codes_;
   Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;
-  Scratch s_;
+  SeanetSplit split_;
+  Scratch s_;     // whole-push stages
+  Scratch tail_;  // the sub-chunked SEANet tail
   ConvTrState up_;
   ConvState conv_in_, conv_out_;
   std::vector<ConvTrState> convtr_;

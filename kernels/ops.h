@@ -28,6 +28,9 @@ struct Conv1dShape {
   int64_t in_channels = 1, out_channels = 1, kernel = 1, stride = 1, dilation = 1, groups = 1;
   int64_t length_in = 0;
   PadMode pad = PadMode::Zero;
+  // The conv reads ELU(v) for every input value v it fetches (x, context and padding alike):
+  // the SEANet's "ELU -> conv" without a separate pass over the activation.
+  bool elu_input = false;
 
   int64_t span() const { return (kernel - 1) * dilation + 1; }
   int64_t context() const { return span() - stride; }  // P, the causal left context

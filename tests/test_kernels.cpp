@@ -111,6 +111,8 @@ TEST_CASE("conv1d: cpu vs ref") {
       {130, 70, 7, 1, 1, 1, 513, PadMode::Zero},  // ragged register blocks
       {2, 3, 16, 8, 1, 1, 100, PadMode::Zero},    // kernel 2*stride, T not a multiple
       {64, 1, 3, 1, 1, 1, 5000, PadMode::Zero},   // direct path: one output channel, long
+      {64, 1, 7, 1, 1, 1, 4231, PadMode::Zero},   // the decoder's last conv, ragged length
+      {2, 3, 7, 1, 1, 1, 130, PadMode::Replicate},  // direct, register blocks + vector + scalar tails
       {1, 64, 7, 1, 1, 1, 9000, PadMode::Zero},   // direct path: one input channel
       {3, 2, 4, 2, 1, 1, 9001, PadMode::Replicate},  // direct, strided, replicate
       {40, 24, 5, 1, 1, 1, 700, PadMode::Zero},   // tiled path (T_out > 512)
@@ -153,6 +155,23 @@ TEST_CASE("conv1d: cpu vs ref") {
       cpu::conv1d(s, x.data(), w.data(), b.data(), yb.data(), true, nullptr);
       if (integer) expect_equal(yb, ya);
       else expect_close(yb, ya, 1e-5);
+      if (integer) continue;
+      // ELU fused on the input, padding and context included; the reference must equal
+      // "ELU, then conv"
+      Conv1dShape se = s;
+      se.elu_input = true;
+      std::vector<float> xe(x.size()), ce(ctx.size());
+      ref::elu(int64_t(x.size()), x.data(), xe.data());
+      ref::elu(int64_t(ctx.size()), ctx.data(), ce.data());
+      for (bool with_ctx : {false, true}) {
+        CAPTURE(with_ctx);
+        std::vector<float> yre(yr.size()), ydef(yr.size()), yce(yr.size(), NAN);
+        ref::conv1d(se, x.data(), w.data(), b.data(), yre.data(), false, with_ctx ? ctx.data() : nullptr);
+        ref::conv1d(s, xe.data(), w.data(), b.data(), ydef.data(), false, with_ctx ? ce.data() : nullptr);
+        expect_close(yre, ydef, 1e-6);
+        cpu::conv1d(se, x.data(), w.data(), b.data(), yce.data(), false, with_ctx ? ctx.data() : nullptr);
+        expect_close(yce, yre, 1e-5);
+      }
     }
   }
 }

@@ -71,6 +71,7 @@ void direct(const Conv1dShape& s, const float* x, const float* w, const float* b
       int64_t j = 0;
       for (; j < L && first + j < 0; ++j) wr[j] = left_of(s, xr, cr, first + j);  // at most P values
       std::copy(xr + first + j, xr + first + L, wr + j);
+      if (s.elu_input) elu_serial(L, wr, wr);
     }
     for (int64_t co = 0; co < s.out_channels; ++co) {
       float* yr = y + co * T_out + t0;
@@ -89,6 +90,18 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   if (T_out <= 0) return;
   const int64_t rows = cin_g * K;  // GEMM inner dimension
   const float* ctx = P > 0 ? context : nullptr;
+
+  if (s.elu_input && !(s.groups == 1 && (cout_g <= 4 || rows <= 8))) {
+    // GEMM paths: ELU once into a copy (im2col would repeat it K times), then the plain conv.
+    // Only the direct path below fuses it for real; the plans use the flag where it goes there.
+    std::vector<float> xe(size_t(s.in_channels * Tin)), ce(ctx ? size_t(s.in_channels * P) : 0);
+    elu(s.in_channels * Tin, x, xe.data());
+    if (ctx) elu(s.in_channels * P, ctx, ce.data());
+    Conv1dShape plain = s;
+    plain.elu_input = false;
+    conv1d(plain, xe.data(), w, bias, y, accumulate, ctx ? ce.data() : nullptr);
+    return;
+  }
 
   if (K == 1 && s.stride == 1 && P == 0) {  // pointwise: the input already is the B operand
     for (int64_t g = 0; g < s.groups; ++g) {

@@ -1,9 +1,10 @@
 // CPU transposed conv1d with the causal right trim.
 //   groups == 1, long inputs: polyphase. Output phase r (o = t*stride + r) only meets taps
 //                k = r + j*stride: y[co, t*S + r] = sum_(j,ci) W[ci, co, r + jS] x[ci, t - j],
-//                one GEMM per phase and time tile on a shared shifted-input matrix, each output
-//                written once (no overlap-add pass). The per-call weight repack is Cin*Cout*K
-//                floats, negligible against 2*Cin*Cout*K*T flops once T is long.
+//                one GEMM per time tile for all phases stacked (the shifted-input matrix is
+//                packed once), each output written once (no overlap-add pass). The per-call
+//                weight repack is Cin*Cout*K floats, negligible against 2*Cin*Cout*K*T flops
+//                once T is long.
 //   groups == 1, short inputs: Z[(co,k), t] = sum_ci W^T[(co,k), ci] x[ci, t] (one GEMM per
 //                time tile), then overlap-add y[co, t*stride + k] += Z[(co,k), t].
 //   otherwise  : direct loops per group (Mimi's only grouped case is depthwise, 1 in/out
@@ -24,18 +25,19 @@ constexpr int64_t kPolyTile = 256;   // output steps per phase per tile
 void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, const float* bias, float* y) {
   const int64_t K = s.kernel, S = s.stride, Cin = s.in_channels, Cout = s.out_channels, Tin = s.length_in;
   const int64_t T_out = s.length_out(), m = (K + S - 1) / S;  // taps per phase, at most
-  // A_r [Cout, m_r * Cin]: A_r[co, j*Cin + ci] = W[ci, co, r + j*S]
-  std::vector<std::vector<float>> A(static_cast<size_t>(S));
-  std::vector<int64_t> taps(static_cast<size_t>(S));
-  for (int64_t r = 0; r < S; ++r) {
-    const int64_t mr = r < K ? (K - r + S - 1) / S : 0;
-    taps[size_t(r)] = mr;
-    A[size_t(r)].resize(size_t(Cout * mr * Cin));
+  // All phases stacked into one A [S*Cout, m*Cin]: A[(r, co), (j, ci)] = W[ci, co, r + j*S], zero
+  // where r + j*S >= K (none for Mimi, whose K = 2S). One GEMM per tile then packs the shared
+  // shifted-input matrix once for all S phases instead of once per phase.
+  thread_local std::vector<float> A_store;  // grow-only
+  if (A_store.size() < size_t(S * Cout * m * Cin)) A_store.resize(size_t(S * Cout * m * Cin));
+  float* A = A_store.data();  // (thread_local: name it here, workers have their own)
+  for (int64_t r = 0; r < S; ++r)
     for (int64_t co = 0; co < Cout; ++co)
-      for (int64_t j = 0; j < mr; ++j)
-        for (int64_t ci = 0; ci < Cin; ++ci)
-          A[size_t(r)][size_t(co * mr * Cin + j * Cin + ci)] = w[(ci * Cout + co) * K + r + j * S];
-  }
+      for (int64_t j = 0; j < m; ++j) {
+        float* dst = A + ((r * Cout + co) * m + j) * Cin;
+        const int64_t k = r + j * S;
+        for (int64_t ci = 0; ci < Cin; ++ci) dst[ci] = k < K ? w[(ci * Cout + co) * K + k] : 0.0f;
+      }
   const int64_t cols = (T_out + S - 1) / S;  // phase-0 columns; other phases have as many or one less
   const int64_t tiles = (cols + kPolyTile - 1) / kPolyTile;
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
@@ -47,21 +49,21 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
         for (int64_t ci = 0; ci < Cin; ++ci) {
           float* dst = B.data() + (j * Cin + ci) * n;
           const float* xr = x + ci * Tin;
-          for (int64_t tt = 0; tt < n; ++tt) {
-            const int64_t t = t0 + tt - j;
-            dst[tt] = t >= 0 && t < Tin ? xr[t] : 0.0f;
-          }
+          // columns tt with 0 <= t0 + tt - j < Tin are a plain copy; zeros either side
+          const int64_t lo = std::clamp<int64_t>(j - t0, 0, n), hi = std::clamp<int64_t>(Tin + j - t0, lo, n);
+          std::fill(dst, dst + lo, 0.0f);
+          std::copy(xr + t0 + lo - j, xr + t0 + hi - j, dst + lo);
+          std::fill(dst + hi, dst + n, 0.0f);
         }
-      out.resize(size_t(Cout * n));
+      out.resize(size_t(S * Cout * n));  // [(r, co), tt]
+      for (int64_t r = 0; r < S; ++r)
+        for (int64_t co = 0; co < Cout; ++co) std::fill_n(out.data() + (r * Cout + co) * n, n, bias ? bias[co] : 0.0f);
+      gemm_serial(S * Cout, n, m * Cin, A, m * Cin, B.data(), n, out.data(), n, true);
       for (int64_t r = 0; r < S; ++r) {
-        const int64_t mr = taps[size_t(r)];
         const int64_t nr = std::min(n, (T_out - r + S - 1) / S - t0);  // columns of this phase
-        if (nr <= 0) continue;
-        for (int64_t co = 0; co < Cout; ++co) std::fill_n(out.data() + co * n, nr, bias ? bias[co] : 0.0f);
-        if (mr > 0) gemm_serial(Cout, nr, mr * Cin, A[size_t(r)].data(), mr * Cin, B.data(), n, out.data(), n, true);
-        for (int64_t co = 0; co < Cout; ++co) {
+        for (int64_t co = 0; co < Cout && nr > 0; ++co) {
           float* yr = y + co * T_out + t0 * S + r;
-          const float* o = out.data() + co * n;
+          const float* o = out.data() + (r * Cout + co) * n;
           for (int64_t tt = 0; tt < nr; ++tt) yr[tt * S] = o[tt];
         }
       }

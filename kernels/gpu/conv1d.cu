@@ -20,6 +20,7 @@ __global__ void conv1d_kernel(Conv1dShape s, int64_t T_out, int64_t P, const flo
       if (idx >= 0) v = xr[idx];
       else if (context) v = context[c * P + P + idx];
       else v = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+      if (s.elu_input && v <= 0.0f) v = expm1f(v);
       acc += w[(co * cin_g + ci) * s.kernel + k] * v;
     }
   }

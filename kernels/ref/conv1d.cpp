@@ -1,4 +1,6 @@
 // Naive reference: the definition of a causal, padded, strided, dilated, grouped conv1d.
+#include <cmath>
+
 #include "kernels/ops.h"
 
 namespace mimi::ref {
@@ -19,6 +21,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
           if (idx >= 0) xv = xrow[idx];
           else if (context) xv = context[(g * cin_g + ci) * P + P + idx];
           else xv = s.pad == PadMode::Replicate ? xrow[0] : 0.0f;
+          if (s.elu_input && xv <= 0.0f) xv = std::expm1(xv);
           acc += double(w[(co * cin_g + ci) * s.kernel + k]) * double(xv);
         }
       }
