@@ -8,8 +8,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/ops.h"
 
 using namespace mimi;
@@ -291,6 +293,34 @@ TEST_CASE("conv_transpose1d: hand-computed example with right trim") {
   std::vector<float> y(4);
   cpu::conv_transpose1d({1, 1, 4, 2, 1, 2}, x.data(), w.data(), nullptr, y.data());
   CHECK(y == std::vector<float>{1, 2, 5, 8});
+}
+
+TEST_CASE("elu: every instruction-set variant's expm1 within 2 ulp of double expm1") {
+  // dense over [-20, 0], plus values near 0 (relative accuracy), subnormals and -0
+  std::vector<float> x;
+  for (int i = 0; i <= 200000; ++i) x.push_back(-20.0f * float(i) / 200000.0f);
+  for (float v = -1e-3f; v < -1e-38f; v *= 0.7f) x.push_back(v);
+  x.push_back(-1e-40f);
+  x.push_back(-0.0f);
+  x.push_back(3.5f);
+  std::vector<float> y(x.size());
+  using Fn = void (*)(int64_t, const float*, float*);
+  std::vector<std::pair<const char*, Fn>> variants{{"baseline", cpu::isa_base::elu_serial}};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) variants.push_back({"avx2", cpu::isa_avx2::elu_serial});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+    variants.push_back({"avx512", cpu::isa_avx512::elu_serial});
+  for (auto [name, fn] : variants) {
+    CAPTURE(name);
+    fn(int64_t(x.size()), x.data(), y.data());
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = x[i] > 0 ? double(x[i]) : std::expm1(double(x[i]));
+      const double ulp = std::max(std::abs(double(std::nextafter(float(want), 0.0f)) - want), 1.4e-45);
+      worst = std::max(worst, std::abs(double(y[i]) - want) / ulp);
+    }
+    MESSAGE(std::string(name) << ": worst ELU error " << worst << " ulp");
+    CHECK(worst <= 2.0);
+  }
 }
 
 TEST_CASE("elementwise: elu, gelu, add, layer scale") {
