@@ -287,6 +287,21 @@ TEST_CASE("conv_transpose1d: cpu vs ref") {
   }
 }
 
+TEST_CASE("conv_transpose1d: untrimmed (streaming tail) output, short and polyphase lengths") {
+  Rng r(31);
+  for (auto [cin, cout, K, S, T] : {std::array<int64_t, 5>{5, 3, 10, 5, 3}, {8, 4, 8, 4, 1100}, {3, 2, 7, 3, 1030}}) {
+    CAPTURE(cin); CAPTURE(K); CAPTURE(S); CAPTURE(T);
+    ConvTranspose1dShape s{cin, cout, K, S, 1, T};
+    s.trimmed = false;
+    CHECK(s.length_out() == (T - 1) * S + K);
+    auto x = random_vec(size_t(cin * T), r), w = random_vec(size_t(cin * cout * K), r), b = random_vec(size_t(cout), r);
+    std::vector<float> yr(size_t(cout * s.length_out())), yc(yr.size(), NAN);
+    ref::conv_transpose1d(s, x.data(), w.data(), b.data(), yr.data());
+    cpu::conv_transpose1d(s, x.data(), w.data(), b.data(), yc.data());
+    expect_close(yc, yr, 1e-5);
+  }
+}
+
 TEST_CASE("conv_transpose1d: hand-computed example with right trim") {
   // x = [1, 2], w = [1, 2, 3, 4], stride 2: full = [1, 2, 3+2, 4+4, 6, 8], trimmed to 4
   const std::vector<float> x{1, 2}, w{1, 2, 3, 4};

@@ -4,7 +4,9 @@
 //     loops, vectorized along time;
 //   short signals (T_out <= kWhole): one im2col of the whole signal and a threaded GEMM split
 //     over output channels, so the weights are streamed once;
-//   long signals: im2col per time tile (bounded, cache-sized), tiles in parallel.
+//   long signals: per time tile (cache-sized), tiles in parallel; stride-1 tiles clear of the
+//     left edge hand the GEMM row pointers into x (it packs from there, no im2col copy), the
+//     others im2col.
 // Bias is the GEMM's initial value; `accumulate` adds into y instead (residual fusion).
 #include <algorithm>
 #include <vector>
@@ -133,14 +135,23 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   const int64_t tiles = (T_out + kTile - 1) / kTile;
   parallel_for(tiles * s.groups, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> col;  // [Cin_g*K, kTile]
+    thread_local std::vector<const float*> brows;  // [Cin_g*K]: im2col rows read in place
     col.resize(static_cast<size_t>(rows * kTile));
+    brows.resize(static_cast<size_t>(rows));
     for (int64_t job = b; job < e; ++job) {
       const int64_t g = job / tiles, t0 = (job % tiles) * kTile;
       const int64_t n = std::min(kTile, T_out - t0);
-      im2col(s, x + g * cin_g * Tin, ctx ? ctx + g * cin_g * P : nullptr, cin_g, t0, n, col.data());
       float* yg = y + g * cout_g * T_out + t0;
       init_rows(cout_g, n, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
-      gemm_serial(cout_g, n, rows, w + g * cout_g * rows, rows, col.data(), n, yg, T_out, true);
+      const float* wg = w + g * cout_g * rows;
+      if (s.stride == 1 && t0 >= P) {  // im2col row (ci, k) is x[ci] from t0 + k*d - P: no copy
+        for (int64_t ci = 0; ci < cin_g; ++ci)
+          for (int64_t k = 0; k < K; ++k) brows[size_t(ci * K + k)] = x + (g * cin_g + ci) * Tin + t0 + k * s.dilation - P;
+        gemm_serial_rows(cout_g, n, rows, wg, rows, brows.data(), yg, T_out, true);
+        continue;
+      }
+      im2col(s, x + g * cin_g * Tin, ctx ? ctx + g * cin_g * P : nullptr, cin_g, t0, n, col.data());
+      gemm_serial(cout_g, n, rows, wg, rows, col.data(), n, yg, T_out, true);
     }
   });
 }

@@ -42,13 +42,23 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
   const int64_t tiles = (cols + kPolyTile - 1) / kPolyTile;
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> B, out;
+    thread_local std::vector<const float*> rows;  // B row (j, ci)
     for (int64_t i = b; i < e; ++i) {
       const int64_t t0 = i * kPolyTile, n = std::min(kPolyTile, cols - t0);
-      B.resize(size_t(m * Cin * n));  // B[(j, ci), tt] = x[ci, t0 + tt - j], zero outside [0, Tin)
+      // B[(j, ci), tt] = x[ci, t0 + tt - j], zero outside [0, Tin): rows of x read in place
+      // where the tile is inside, copied with their zeros at the edges
+      const bool inside = t0 >= m - 1 && t0 + n <= Tin;
+      if (!inside) B.resize(size_t(m * Cin * n));
+      rows.resize(size_t(m * Cin));
       for (int64_t j = 0; j < m; ++j)
         for (int64_t ci = 0; ci < Cin; ++ci) {
-          float* dst = B.data() + (j * Cin + ci) * n;
           const float* xr = x + ci * Tin;
+          if (inside) {
+            rows[size_t(j * Cin + ci)] = xr + t0 - j;
+            continue;
+          }
+          float* dst = B.data() + (j * Cin + ci) * n;
+          rows[size_t(j * Cin + ci)] = dst;
           // columns tt with 0 <= t0 + tt - j < Tin are a plain copy; zeros either side
           const int64_t lo = std::clamp<int64_t>(j - t0, 0, n), hi = std::clamp<int64_t>(Tin + j - t0, lo, n);
           std::fill(dst, dst + lo, 0.0f);
@@ -58,7 +68,7 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
       out.resize(size_t(S * Cout * n));  // [(r, co), tt]
       for (int64_t r = 0; r < S; ++r)
         for (int64_t co = 0; co < Cout; ++co) std::fill_n(out.data() + (r * Cout + co) * n, n, bias ? bias[co] : 0.0f);
-      gemm_serial(S * Cout, n, m * Cin, A, m * Cin, B.data(), n, out.data(), n, true);
+      gemm_serial_rows(S * Cout, n, m * Cin, A, m * Cin, rows.data(), out.data(), n, true);
       for (int64_t r = 0; r < S; ++r) {
         const int64_t nr = std::min(n, (T_out - r + S - 1) / S - t0);  // columns of this phase
         for (int64_t co = 0; co < Cout && nr > 0; ++co) {

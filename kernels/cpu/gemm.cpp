@@ -99,6 +99,14 @@ void gemm_serial_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda
   fn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
+void gemm_serial_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* const* brows,
+                      float* C, int64_t ldc, bool accumulate) {
+  static const auto fn = kIsa == Isa::Avx512 ? isa_avx512::gemm_serial_rows
+                         : kIsa == Isa::Avx2 ? isa_avx2::gemm_serial_rows
+                                             : isa_base::gemm_serial_rows;
+  fn(M, N, K, A, lda, brows, C, ldc, accumulate);
+}
+
 namespace {
 
 // Splits the larger of the two output dimensions across threads; each thread runs the

@@ -13,6 +13,10 @@ void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, c
 // The same with A stored transposed: A(i, k) = A[k*lda + i] (A is K x M in memory).
 void gemm_serial_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                     int64_t ldb, float* C, int64_t ldc, bool accumulate);
+// The same with B given by row pointers: B[k, 0:N] = brows[k][0:N]. A conv's B operand (im2col)
+// is rows of its input window at shifted offsets, so this packs straight from the window.
+void gemm_serial_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* const* brows,
+                      float* C, int64_t ldc, bool accumulate);
 // Threaded versions (split over the larger output dimension).
 void gemm_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
              float* C, int64_t ldc, bool accumulate);
@@ -38,6 +42,7 @@ const char* gemm_isa();
   void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, \
                       bool);                                                                      \
   void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool); \
+  void gemm_serial_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool); \
   void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*); \
   void elu_serial(int64_t, const float*, float*);                                                 \
   void gelu_serial(int64_t, const float*, float*);                                                \
