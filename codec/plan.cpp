@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "codec/error.h"
 #include "codec/profile.h"
@@ -396,8 +397,9 @@ void EncodePlan::block(size_t b, Scratch& sc, int64_t& C, int64_t& T) {
   StageTimer t(profile_, "enc.seanet.block" + std::to_string(b + 1));
   for (size_t i = 0; i < st.res.size(); ++i)
     resblock_step(k_, st.res[i], res_[b * st.res.size() + i], sc.a.ptr(), C, T, sc, t);
-  k_.elu(C * T, sc.a.ptr(), sc.b.ptr());
-  T = conv_step(k_, st.down, stride_[b], sc.b.ptr(), T, sc.a.ptr(), sc, t);
+  // ELU -> strided conv in one pass (the conv splits its input into phases, ELU'd on the way)
+  T = conv_step(k_, st.down, stride_[b], sc.a.ptr(), T, sc.b.ptr(), sc, t, false, /*elu_input=*/true);
+  std::swap(sc.a, sc.b);  // the output is the next input; both are sized for either
   C = st.down.shape.out_channels;
 }
 

@@ -120,6 +120,9 @@ TEST_CASE("conv1d: cpu vs ref") {
       {40, 24, 5, 1, 1, 1, 700, PadMode::Zero},   // tiled path (T_out > 512)
       {40, 24, 4, 2, 1, 1, 1100, PadMode::Replicate},  // tiled, strided, replicate
       {24, 20, 3, 1, 2, 4, 600, PadMode::Zero},   // tiled, grouped, dilated
+      {16, 24, 10, 5, 1, 1, 2703, PadMode::Zero}, // tiled strided (phase split), T not a multiple
+      {8, 8, 4, 2, 1, 2, 1301, PadMode::Replicate},  // phase split, grouped, replicate
+      {6, 9, 7, 3, 1, 1, 1700, PadMode::Zero},    // phase split, kernel not a multiple of stride
   };
   Rng r(2);
   for (const Case& c : cases) {

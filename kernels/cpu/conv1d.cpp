@@ -56,6 +56,35 @@ void im2col(const Conv1dShape& s, const float* x, const float* ctx, int64_t cin_
   }
 }
 
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Strided (dilation 1) conv tile without im2col: input position t*S + k - P with k - P = q*S + r
+// is phase r of the input at step t + q, so the tile's input is split once into its S phases
+// (ph[ci, r, v] = x[ci, (t0 + qmin + v)*S + r], ELU'd here when the conv reads ELU(x)), and im2col
+// row (ci, k) is phase r of channel ci from v = q - qmin: a pointer, not a copy.
+// ph: [cin_g, S, V] with V = n + qmax - qmin <= n + K; rows: [cin_g*K].
+void deinterleave(const Conv1dShape& s, const float* x, const float* ctx, int64_t cin_g, int64_t t0, int64_t n,
+                  float* ph, const float** rows) {
+  const int64_t S = s.stride, K = s.kernel, P = s.pad_left(), Tin = s.length_in;
+  const int64_t qmin = floor_div(-P, S), qmax = floor_div(K - 1 - P, S), V = n + qmax - qmin;
+  const int64_t base = (t0 + qmin) * S;  // input position of ph[ci, 0, 0]
+  for (int64_t ci = 0; ci < cin_g; ++ci) {
+    const float* xr = x + ci * Tin;
+    const float* cr = ctx ? ctx + ci * P : nullptr;
+    float* pc = ph + ci * S * V;
+    for (int64_t v = 0; v < V; ++v)
+      for (int64_t r = 0; r < S; ++r) {
+        const int64_t pos = base + v * S + r;  // past the end only for phases no tap reads there
+        pc[r * V + v] = pos < 0 ? left_of(s, xr, cr, pos) : pos < Tin ? xr[pos] : 0.0f;
+      }
+    if (s.elu_input) elu_serial(S * V, pc, pc);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t q = floor_div(k - P, S), r = k - P - q * S;
+      rows[ci * K + k] = pc + r * V + (q - qmin);
+    }
+  }
+}
+
 void direct(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate,
             const float* ctx) {
   const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Cin = s.in_channels;
@@ -93,15 +122,20 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   const int64_t rows = cin_g * K;  // GEMM inner dimension
   const float* ctx = P > 0 ? context : nullptr;
 
-  if (s.elu_input && !(s.groups == 1 && (cout_g <= 4 || rows <= 8))) {
-    // GEMM paths: ELU once into a copy (im2col would repeat it K times), then the plain conv.
-    // Only the direct path below fuses it for real; the plans use the flag where it goes there.
-    std::vector<float> xe(size_t(s.in_channels * Tin)), ce(ctx ? size_t(s.in_channels * P) : 0);
-    elu(s.in_channels * Tin, x, xe.data());
-    if (ctx) elu(s.in_channels * P, ctx, ce.data());
+  const bool direct_path = s.groups == 1 && (cout_g <= 4 || rows <= 8);
+  const bool phase_path = T_out > kWhole && s.stride > 1 && s.dilation == 1;
+  if (s.elu_input && !direct_path && !phase_path) {
+    // The paths that do not fuse it: ELU once into a copy (im2col would repeat it K times),
+    // then the plain conv.
+    thread_local std::vector<float> xe, ce;  // grow-only
+    if (xe.size() < size_t(s.in_channels * Tin)) xe.resize(size_t(s.in_channels * Tin));
+    if (ctx && ce.size() < size_t(s.in_channels * P)) ce.resize(size_t(s.in_channels * P));
+    float *xp = xe.data(), *cp = ce.data();  // (thread_local: name them here)
+    elu(s.in_channels * Tin, x, xp);
+    if (ctx) elu(s.in_channels * P, ctx, cp);
     Conv1dShape plain = s;
     plain.elu_input = false;
-    conv1d(plain, xe.data(), w, bias, y, accumulate, ctx ? ce.data() : nullptr);
+    conv1d(plain, xp, w, bias, y, accumulate, ctx ? cp : nullptr);
     return;
   }
 
@@ -113,7 +147,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     }
     return;
   }
-  if (s.groups == 1 && (cout_g <= 4 || rows <= 8)) {
+  if (direct_path) {
     direct(s, x, w, bias, y, accumulate, P > 0 ? context : nullptr);
     return;
   }
@@ -134,9 +168,9 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   }
   const int64_t tiles = (T_out + kTile - 1) / kTile;
   parallel_for(tiles * s.groups, 1, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> col;  // [Cin_g*K, kTile]
+    thread_local std::vector<float> col;  // [Cin_g*K, kTile], or the phases [Cin_g, S, V]
     thread_local std::vector<const float*> brows;  // [Cin_g*K]: im2col rows read in place
-    col.resize(static_cast<size_t>(rows * kTile));
+    col.resize(static_cast<size_t>(phase_path ? cin_g * s.stride * (kTile + K) : rows * kTile));
     brows.resize(static_cast<size_t>(rows));
     for (int64_t job = b; job < e; ++job) {
       const int64_t g = job / tiles, t0 = (job % tiles) * kTile;
@@ -147,6 +181,12 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
       if (s.stride == 1 && t0 >= P) {  // im2col row (ci, k) is x[ci] from t0 + k*d - P: no copy
         for (int64_t ci = 0; ci < cin_g; ++ci)
           for (int64_t k = 0; k < K; ++k) brows[size_t(ci * K + k)] = x + (g * cin_g + ci) * Tin + t0 + k * s.dilation - P;
+        gemm_serial_rows(cout_g, n, rows, wg, rows, brows.data(), yg, T_out, true);
+        continue;
+      }
+      if (phase_path) {
+        deinterleave(s, x + g * cin_g * Tin, ctx ? ctx + g * cin_g * P : nullptr, cin_g, t0, n, col.data(),
+                     brows.data());
         gemm_serial_rows(cout_g, n, rows, wg, rows, brows.data(), yg, T_out, true);
         continue;
       }
