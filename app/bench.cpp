@@ -70,7 +70,6 @@ int run_bench(const BenchOptions& o) {
   for (double secs : o.seconds) {
     const int64_t n = int64_t(secs * c.sample_rate);
     const std::vector<float> pcm = test_signal(n, c.sample_rate);
-    const int64_t F = Engine::frames_for(n, c);
     Codes codes;
     for (const char* dir : {"encode", "decode"}) {
       Row r{dir, secs, {}, {}, 0};
@@ -78,16 +77,13 @@ int run_bench(const BenchOptions& o) {
       std::vector<Profile> profiles;
       for (int i = 0; i <= o.runs; ++i) {  // run 0 warms up (builds the plan)
         Profile p;
-        // the engine's own chunked path, with the profile attached to its cached plan
-        const int64_t chunk = o.chunk_frames > 0 ? std::min(F, o.chunk_frames) : F;
-        if (enc) engine.encode_plan(chunk, o.n_q).set_profile(o.stages ? &p : nullptr);
-        else engine.decode_plan(chunk, o.n_q).set_profile(o.stages ? &p : nullptr);
+        // the engine's own chunked path, with the profile attached to the plans it uses
+        engine.set_profile(o.stages ? &p : nullptr);
         const double t0 = now();
         if (enc) codes = engine.encode(pcm.data(), n, o.n_q);
         else engine.decode(codes);
         const double dt = now() - t0;
-        if (enc) engine.encode_plan(chunk, o.n_q).set_profile(nullptr);
-        else engine.decode_plan(chunk, o.n_q).set_profile(nullptr);
+        engine.set_profile(nullptr);
         if (i > 0) {
           r.times.push_back(dt);
           profiles.push_back(p);

@@ -14,12 +14,16 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts)
 
 EncodePlan& Engine::encode_plan(int64_t frames, int n_q) {
   const PlanKey key{opts_.device, Direction::Encode, frames, n_q};
-  return enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*model_, opts_.device, frames, n_q); });
+  EncodePlan& plan = enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*model_, opts_.device, frames, n_q); });
+  plan.set_profile(profile_);
+  return plan;
 }
 
 DecodePlan& Engine::decode_plan(int64_t frames, int n_q) {
   const PlanKey key{opts_.device, Direction::Decode, frames, n_q};
-  return dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*model_, opts_.device, frames, n_q); });
+  DecodePlan& plan = dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*model_, opts_.device, frames, n_q); });
+  plan.set_profile(profile_);
+  return plan;
 }
 
 Codes Engine::encode(const float* pcm, int64_t T, int n_q) {

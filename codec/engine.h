@@ -75,6 +75,9 @@ class Engine {
   EncodePlan& encode_plan(int64_t frames, int n_q);
   DecodePlan& decode_plan(int64_t frames, int n_q);
 
+  // Per-stage timing for every plan the engine hands out from now on (nullptr: off).
+  void set_profile(Profile* p) { profile_ = p; }
+
   PlanCache<EncodePlan>& encode_cache() { return enc_cache_; }
   PlanCache<DecodePlan>& decode_cache() { return dec_cache_; }
 
@@ -87,6 +90,7 @@ class Engine {
   EngineOptions opts_;
   PlanCache<EncodePlan> enc_cache_;
   PlanCache<DecodePlan> dec_cache_;
+  Profile* profile_ = nullptr;
 };
 
 }  // namespace mimi
