@@ -1,17 +1,27 @@
 #include "codec/device.h"
 
 #include "codec/error.h"
+#ifdef MIMI_WITH_GPU_KERNELS
+#include "kernels/gpu/ops.h"
+#endif
 
 namespace mimi {
 namespace {
 
-#define MIMI_KERNEL_TABLE(ns)                                                                     \
-  Kernels{ns::gemm,      ns::conv1d,    ns::conv_transpose1d, ns::elu,       ns::gelu_erf,        \
-          ns::add_inplace, ns::bias_add, ns::layer_scale_add, ns::layer_norm, ns::linear, ns::rope,             \
-          ns::attention, ns::rvq_encode, ns::rvq_decode, ns::resblock}
+#define MIMI_OP_TABLE(ns)                                                                         \
+  ns::gemm, ns::conv1d, ns::conv_transpose1d, ns::elu, ns::gelu_erf, ns::add_inplace, ns::bias_add,   \
+      ns::layer_scale_add, ns::layer_norm, ns::linear, ns::rope, ns::attention, ns::rvq_encode,     \
+      ns::rvq_decode
+#define MIMI_MEMORY_TABLE(ns)                                                                     \
+  ns::alloc, ns::alloc_i32, ns::release, ns::copy2d, ns::add2d, ns::fill, ns::upload, ns::download, \
+      ns::upload_i32, ns::download_i32
 
-const Kernels kCpu = MIMI_KERNEL_TABLE(cpu);
-const Kernels kRef = MIMI_KERNEL_TABLE(ref);
+const Kernels kCpu{MIMI_OP_TABLE(cpu), cpu::resblock, MIMI_MEMORY_TABLE(cpu), true};
+const Kernels kRef{MIMI_OP_TABLE(ref), ref::resblock, MIMI_MEMORY_TABLE(cpu), true};
+#ifdef MIMI_WITH_GPU_KERNELS
+// no fused resblock on the GPU: the plans compose it from the ops
+const Kernels kGpu{MIMI_OP_TABLE(gpu), nullptr, MIMI_MEMORY_TABLE(gpu), false};
+#endif
 
 }  // namespace
 
@@ -51,18 +61,24 @@ const Kernels& kernels_for(const Device& d) {
   switch (d.kind) {
     case Device::Kind::Cpu: return kCpu;
     case Device::Kind::Ref: return kRef;
-    default:
+    default: {
+      const char* want = d.kind == Device::Kind::Cuda ? "CUDA" : "HIP";
 #ifdef MIMI_WITH_GPU_KERNELS
-      throw Error(ErrorKind::Device, "device " + d.str() +
-                                         " is not available: this build has the GPU kernels (tested by the "
-                                         "gpu_kernels test) but the engine does not run plans on the GPU yet "
-                                         "(use --device cpu)");
+      if (std::string(gpu::vendor()) != want)
+        throw Error(ErrorKind::Device, "device " + d.str() + " is not available: this build of mimi has the " +
+                                           gpu::vendor() + " backend, not " + want + " (use --device " +
+                                           (std::string(gpu::vendor()) == "CUDA" ? "cuda" : "hip") + " or cpu)");
+      const int n = gpu::device_count();
+      if (d.index >= n)
+        throw Error(ErrorKind::Device, "device " + d.str() + " is not available: " + std::to_string(n) + " " + want +
+                                           " device(s) found (use --device cpu)");
+      gpu::set_device(d.index);
+      return kGpu;
 #else
-      throw Error(ErrorKind::Device, "device " + d.str() +
-                                         " is not available: this build of mimi has no " +
-                                         (d.kind == Device::Kind::Cuda ? "CUDA" : "HIP") +
+      throw Error(ErrorKind::Device, "device " + d.str() + " is not available: this build of mimi has no " + want +
                                          " backend (use --device cpu)");
 #endif
+    }
   }
 }
 

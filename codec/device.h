@@ -35,6 +35,18 @@ struct Kernels {
   decltype(&cpu::rvq_encode) rvq_encode;
   decltype(&cpu::rvq_decode) rvq_decode;
   decltype(&cpu::resblock) resblock;  // optional fused op; nullptr: plans compose the ops above
+  // memory (kernels/ops.h MIMI_DECLARE_MEMORY_OPS)
+  decltype(&cpu::alloc) alloc;
+  decltype(&cpu::alloc_i32) alloc_i32;
+  decltype(&cpu::release) release;
+  decltype(&cpu::copy2d) copy2d;
+  decltype(&cpu::add2d) add2d;
+  decltype(&cpu::fill) fill;
+  decltype(&cpu::upload) upload;
+  decltype(&cpu::download) download;
+  decltype(&cpu::upload_i32) upload_i32;
+  decltype(&cpu::download_i32) download_i32;
+  bool host_memory = true;  // device pointers are host pointers (no transfers needed)
 };
 
 // Throws Error(Device) for a backend this build lacks or a device that is not present:

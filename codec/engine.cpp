@@ -6,22 +6,45 @@
 
 namespace mimi {
 
+namespace {
+
+// A copy of the model whose tensors live in the kernels' memory, uploaded once.
+std::shared_ptr<const Model> place(const std::shared_ptr<const Model>& host, const Kernels& k) {
+  if (k.host_memory) return host;
+  auto dev = std::make_shared<Model>(*host);
+  for_each_tensor(*dev, [&](Tensor& t) {
+    if (t.empty()) return;
+    std::shared_ptr<float> mem(k.alloc(size_t(t.size())), k.release);
+    k.upload(mem.get(), t.data, size_t(t.size()));
+    t.data = mem.get();
+    t.owner = mem;
+  });
+  return dev;
+}
+
+}  // namespace
+
 Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts)
-    : model_(std::move(model)), opts_(opts), enc_cache_(opts.plan_cache_capacity), dec_cache_(opts.plan_cache_capacity) {
-  kernels_for(opts_.device);  // fail now, not at the first call, if the device is missing
+    : model_(std::move(model)),
+      opts_(opts),
+      // fails now, not at the first call, if the device is missing
+      kernels_(opts.kernels ? opts.kernels : &kernels_for(opts.device)),
+      placed_(place(model_, *kernels_)),
+      enc_cache_(opts.plan_cache_capacity),
+      dec_cache_(opts.plan_cache_capacity) {
   if (opts_.threads > 0) cpu::set_num_threads(opts_.threads);
 }
 
 EncodePlan& Engine::encode_plan(int64_t frames, int n_q) {
   const PlanKey key{opts_.device, Direction::Encode, frames, n_q};
-  EncodePlan& plan = enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*model_, opts_.device, frames, n_q); });
+  EncodePlan& plan = enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*placed_, *kernels_, frames, n_q); });
   plan.set_profile(profile_);
   return plan;
 }
 
 DecodePlan& Engine::decode_plan(int64_t frames, int n_q) {
   const PlanKey key{opts_.device, Direction::Decode, frames, n_q};
-  DecodePlan& plan = dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*model_, opts_.device, frames, n_q); });
+  DecodePlan& plan = dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*placed_, *kernels_, frames, n_q); });
   plan.set_profile(profile_);
   return plan;
 }

@@ -21,6 +21,9 @@ struct EngineOptions {
   // Signals longer than this many 80 ms frames run through one plan in chunks of it (constant
   // memory, one plan for any length); 0 = always one chunk.
   int64_t chunk_frames = 64;
+  // Tests only: run on this kernel table instead of the device's (e.g. the CPU kernels with
+  // host_memory = false and no fused ops, to exercise the GPU plans' code path on the CPU).
+  const Kernels* kernels = nullptr;
 };
 
 struct Codes {
@@ -88,6 +91,8 @@ class Engine {
  private:
   std::shared_ptr<const Model> model_;
   EngineOptions opts_;
+  const Kernels* kernels_;
+  std::shared_ptr<const Model> placed_;  // model_ with its tensors where kernels_ compute
   PlanCache<EncodePlan> enc_cache_;
   PlanCache<DecodePlan> dec_cache_;
   Profile* profile_ = nullptr;

@@ -79,4 +79,35 @@ struct Model {
   Conv dec_out;
 };
 
+// Calls f(Tensor&) on every tensor of the model (e.g. to place a copy on a device).
+template <class F>
+void for_each_tensor(Model& m, F&& f) {
+  auto conv = [&](Conv& c) { f(c.weight), f(c.bias); };
+  auto res = [&](std::vector<ResBlock>& rs) {
+    for (ResBlock& r : rs) conv(r.conv1), conv(r.conv2);
+  };
+  auto layers = [&](std::vector<TransformerLayer>& ls) {
+    for (TransformerLayer& l : ls)
+      for (Tensor* t : {&l.in_proj, &l.out_proj, &l.norm1_w, &l.norm1_b, &l.norm2_w, &l.norm2_b, &l.linear1,
+                        &l.linear2, &l.scale1, &l.scale2})
+        f(*t);
+  };
+  auto group = [&](QuantizerGroup& g) {
+    f(g.input_proj), f(g.output_proj);
+    for (Codebook& b : g.books) f(b.embedding), f(b.sq_norm);
+  };
+  conv(m.enc_in);
+  for (EncoderStage& s : m.enc) res(s.res), conv(s.down);
+  conv(m.enc_out);
+  layers(m.enc_tf);
+  conv(m.downsample);
+  group(m.semantic);
+  group(m.acoustic);
+  f(m.upsample.weight), f(m.upsample.bias);
+  layers(m.dec_tf);
+  conv(m.dec_in);
+  for (DecoderStage& s : m.dec) f(s.up.weight), f(s.up.bias), res(s.res);
+  conv(m.dec_out);
+}
+
 }  // namespace mimi

@@ -9,15 +9,41 @@
 #include "codec/profile.h"
 
 namespace mimi {
+
+void Buffer::allocate(const Kernels& k, Shape s) {
+  capacity_ = std::max<int64_t>(numel(s), 1);
+  mem_ = std::shared_ptr<float>(k.alloc(size_t(capacity_)), k.release);
+  shape = std::move(s);
+}
+
 namespace {
 
 const float* opt(const Tensor& t) { return t.empty() ? nullptr : t.data; }
 
 // Sets the logical shape of a buffer allocated for the largest chunk.
 void set_shape(Buffer& b, Shape s) {
-  if (size_t(numel(s)) > b.data.size()) throw Error(ErrorKind::Internal, "plan buffer too small for " + shape_str(s));
+  if (numel(s) > b.capacity()) throw Error(ErrorKind::Internal, "plan buffer too small for " + shape_str(s));
   b.shape = std::move(s);
 }
+
+// Allocates a conv's stream state: its context, [Cin, P] (nothing when P = 0).
+void init_state(const Kernels& k, ConvState& st, int64_t Cin, int64_t P) {
+  if (P <= 0) return;
+  st.hist.allocate(k, {Cin, P});
+  st.next.allocate(k, {Cin, P});
+}
+
+// st.next = the last P inputs of [hist | x] (x [C, T]): the context of the next chunk. Built
+// before the op (a fused resblock overwrites x); commit_context() makes it current after.
+void build_context(const Kernels& k, ConvState& st, const float* x, int64_t C, int64_t T, int64_t P) {
+  if (T >= P) {
+    k.copy2d(st.next.ptr(), P, x + T - P, T, P, C);
+  } else {
+    k.copy2d(st.next.ptr(), P, st.hist.ptr() + T, P, P - T, C);
+    k.copy2d(st.next.ptr() + P - T, P, x, T, T, C);
+  }
+}
+void commit_context(ConvState& st) { std::swap(st.hist, st.next); }
 
 double conv_flops(const Conv1dShape& s) {
   return 2.0 * double(s.out_channels) * double(s.in_channels / s.groups) * double(s.kernel) * double(s.length_out());
@@ -42,24 +68,15 @@ int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x
     t.add_flops(conv_flops(sh));
     return sh.length_out();
   }
-  if (!st.started) {
-    st.hist.resize({Cin, P});
+  if (!st.started) {  // a stream's first chunk: the padding as context
     if (sh.pad == PadMode::Replicate)
-      for (int64_t ci = 0; ci < Cin; ++ci) std::fill_n(st.hist.ptr() + ci * P, P, x[ci * T]);
+      for (int64_t j = 0; j < P; ++j) k.copy2d(st.hist.ptr() + j, P, x, T, 1, Cin);  // column x[:, 0]
+    else k.fill(st.hist.ptr(), Cin * P, 0.0f);
     st.started = true;
   }
+  build_context(k, st, x, Cin, T, P);
   k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate, st.hist.ptr());
-  // the next chunk's context: the last P inputs of [hist | x]
-  for (int64_t ci = 0; ci < Cin; ++ci) {
-    float* h = st.hist.ptr() + ci * P;
-    const float* xr = x + ci * T;
-    if (T >= P) {
-      std::memcpy(h, xr + T - P, size_t(P) * sizeof(float));
-    } else {
-      std::memmove(h, h + T, size_t(P - T) * sizeof(float));
-      std::memcpy(h + P - T, xr, size_t(T) * sizeof(float));
-    }
-  }
+  commit_context(st);
   t.add_flops(conv_flops(sh));
   return sh.length_out();
 }
@@ -73,67 +90,55 @@ int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const fl
   ConvTranspose1dShape sh = c.shape;
   sh.length_in = T;
   const int64_t Cin = sh.in_channels, Cout = sh.out_channels, O = sh.overlap(), S = sh.stride, Tout = T * S;
-  if (st.carry.shape.empty()) st.carry.resize({Cout, O});
   k.conv_transpose1d(sh, x, c.weight.data, opt(c.bias), y);
   t.add_flops(convtr_flops(sh));
-  for (int64_t co = 0; co < Cout && O > 0; ++co) {
-    float* yr = y + co * Tout;
-    const float* carry = st.carry.ptr() + co * O;
-    for (int64_t j = 0; j < std::min(O, Tout); ++j) yr[j] += carry[j];
-  }
   if (O == 0) return Tout;
+  if (!st.started) {
+    k.fill(st.carry.ptr(), Cout * O, 0.0f);
+    st.started = true;
+  }
+  k.add2d(y, Tout, st.carry.ptr(), O, std::min(O, Tout), Cout);
   // the tail: outputs Tout .. Tout+O-1 of the untrimmed transform, from the last m inputs
   const int64_t m = std::min(T, (sh.kernel + S - 1) / S);
   set_shape(s.work, {Cin, m});
-  for (int64_t ci = 0; ci < Cin; ++ci) std::memcpy(s.work.ptr() + ci * m, x + ci * T + T - m, size_t(m) * sizeof(float));
+  k.copy2d(s.work.ptr(), m, x + T - m, T, m, Cin);
   ConvTranspose1dShape tail = sh;
   tail.length_in = m;
   tail.trimmed = false;
   const int64_t L = tail.length_out();  // (m-1)*S + K; its last O outputs are the tail
   set_shape(s.full, {Cout, L});
   k.conv_transpose1d(tail, s.work.ptr(), c.weight.data, nullptr, s.full.ptr());
-  std::vector<float> old;
-  if (O > Tout) old.assign(st.carry.data.begin(), st.carry.data.end());  // a chunk shorter than the overlap
-  for (int64_t co = 0; co < Cout; ++co) {
-    float* carry = st.carry.ptr() + co * O;
-    std::memcpy(carry, s.full.ptr() + co * L + L - O, size_t(O) * sizeof(float));
-    if (!old.empty())
-      for (int64_t j = 0; j + Tout < O; ++j) carry[j] += old[size_t(co * O + j + Tout)];
-  }
+  if (O > Tout) std::swap(st.carry, st.old);  // a chunk shorter than the overlap: keep the rest
+  k.copy2d(st.carry.ptr(), O, s.full.ptr() + L - O, L, O, Cout);
+  if (O > Tout) k.add2d(st.carry.ptr(), O, st.old.ptr() + Tout, O, O - Tout, Cout);
   return Tout;
 }
 
 // x [C, T] += conv2(ELU(conv1(ELU(x)))): the backend's fused op when it has one, else the ops
 // (the residual add fused into conv2). `st` carries conv1's left context of raw x.
+// The caller's scratch `s` has room for the hidden activation in s.c.
 void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x, int64_t C, int64_t T, Scratch& s,
                    StageTimer& t) {
   const Conv1dShape& c1 = r.conv1.shape;
   if (k.resblock && c1.stride == 1 && c1.groups == 1 && r.conv2.shape.kernel == 1) {
     const int64_t P = c1.context();
-    if (!st.started) {
-      st.hist.resize({C, std::max<int64_t>(P, 1)});  // zeros: conv1 pads with zeros
+    if (P > 0) {
+      if (!st.started) k.fill(st.hist.ptr(), C * P, 0.0f);  // conv1 pads with zeros
       st.started = true;
+      build_context(k, st, x, C, T, P);  // before the op overwrites x
     }
-    // the next chunk's context, taken before the op overwrites x
-    std::vector<float>& next = s.ctx_next;
-    next.resize(size_t(C * P));
-    for (int64_t c = 0; c < C && P > 0; ++c)
-      for (int64_t j = 0; j < P; ++j) {
-        const int64_t idx = T - P + j;
-        next[size_t(c * P + j)] = idx >= 0 ? x[c * T + idx] : st.hist.ptr()[c * P + P + idx];
-      }
     const ResBlockShape sh{C, c1.out_channels, c1.kernel, c1.dilation, T};
     k.resblock(sh, r.conv1.weight.data, opt(r.conv1.bias), r.conv2.weight.data, opt(r.conv2.bias),
                P > 0 ? st.hist.ptr() : nullptr, x);
-    std::copy(next.begin(), next.end(), st.hist.ptr());
+    if (P > 0) commit_context(st);
     Conv1dShape s1 = c1, s2 = r.conv2.shape;
     s1.length_in = T;
     s2.length_in = T;
     t.add_flops(conv_flops(s1) + conv_flops(s2));
     return;
   }
-  k.elu(C * T, x, s.b.ptr());
-  conv_step(k, r.conv1, st, s.b.ptr(), T, s.c.ptr(), s, t);
+  // composed: conv1 reads ELU(x) (its context is raw x, as for the fused op), ELU, conv2 adds
+  conv_step(k, r.conv1, st, x, T, s.c.ptr(), s, t, false, /*elu_input=*/true);
   k.elu(r.conv1.shape.out_channels * T, s.c.ptr(), s.c.ptr());
   ConvState none;  // pointwise: no context
   conv_step(k, r.conv2, none, s.c.ptr(), T, x, s, t, /*accumulate=*/true);
@@ -145,14 +150,6 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
   const int64_t D = c.d_model, H = c.num_heads, hd = c.head_dim(), FF = c.dim_feedforward;
   const int64_t cap = c.context - 1, cached = st.cached, Tk = cached + T;
   const float scale = 1.0f / std::sqrt(float(hd));
-  if (st.k.empty()) {
-    st.k.resize(layers.size());
-    st.v.resize(layers.size());
-    for (size_t l = 0; l < layers.size(); ++l) {
-      st.k[l].resize({D, std::max<int64_t>(cap, 1)});
-      st.v[l].resize({D, std::max<int64_t>(cap, 1)});
-    }
-  }
   set_shape(s.h, {D, T});
   set_shape(s.o, {D, T});
   set_shape(s.qkv, {3 * D, T});
@@ -170,17 +167,13 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
     k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, q);
     k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, kn);
     // keys/values: the cached steps, then the new ones
-    for (int64_t d = 0; d < D; ++d) {
-      std::memcpy(s.kbuf.ptr() + d * Tk, st.k[l].ptr() + d * cap, size_t(cached) * sizeof(float));
-      std::memcpy(s.kbuf.ptr() + d * Tk + cached, kn + d * T, size_t(T) * sizeof(float));
-      std::memcpy(s.vbuf.ptr() + d * Tk, st.v[l].ptr() + d * cap, size_t(cached) * sizeof(float));
-      std::memcpy(s.vbuf.ptr() + d * Tk + cached, vn + d * T, size_t(T) * sizeof(float));
-    }
+    k.copy2d(s.kbuf.ptr(), Tk, st.k[l].ptr(), cap, cached, D);
+    k.copy2d(s.kbuf.ptr() + cached, Tk, kn, T, T, D);
+    k.copy2d(s.vbuf.ptr(), Tk, st.v[l].ptr(), cap, cached, D);
+    k.copy2d(s.vbuf.ptr() + cached, Tk, vn, T, T, D);
     k.attention(H, T, Tk, hd, st.pos, st.pos - cached, c.context, scale, q, s.kbuf.ptr(), s.vbuf.ptr(), s.o.ptr());
-    for (int64_t d = 0; d < D && keep > 0; ++d) {
-      std::memcpy(st.k[l].ptr() + d * cap, s.kbuf.ptr() + d * Tk + Tk - keep, size_t(keep) * sizeof(float));
-      std::memcpy(st.v[l].ptr() + d * cap, s.vbuf.ptr() + d * Tk + Tk - keep, size_t(keep) * sizeof(float));
-    }
+    k.copy2d(st.k[l].ptr(), cap, s.kbuf.ptr() + Tk - keep, Tk, keep, D);
+    k.copy2d(st.v[l].ptr(), cap, s.vbuf.ptr() + Tk - keep, Tk, keep, D);
     k.linear(D, D, T, L.out_proj.data, s.o.ptr(), s.h.ptr());
     k.layer_scale_add(D, T, L.scale1.data, s.h.ptr(), x);
     k.layer_norm(D, T, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
@@ -223,24 +216,53 @@ struct ScratchSizer {
   void resblocks(const std::vector<ResBlock>& res, int64_t t) {
     for (const ResBlock& r : res) conv(r.conv1, t), conv(r.conv2, t);
   }
-  void allocate(Scratch& s, int compress) const {
-    s.a.resize({maxCT});
-    s.b.resize({maxCT});
-    s.c.resize({(maxCT + compress - 1) / compress});
-    s.work.resize({work});
-    s.full.resize({full});
+  void allocate(const Kernels& k, Scratch& s, int compress) const {
+    s.a.allocate(k, {maxCT});
+    s.b.allocate(k, {maxCT});
+    s.c.allocate(k, {(maxCT + compress - 1) / compress});
+    s.work.allocate(k, {work});
+    s.full.allocate(k, {full});
   }
 };
 
 // Transformer buffers for T25 steps.
-void size_transformer(Scratch& s, const Config& c, int64_t T25) {
+void size_transformer(const Kernels& k, Scratch& s, const Config& c, int64_t T25) {
   const int64_t D = c.d_model, Tk = c.context - 1 + T25;
-  s.h.resize({D, T25});
-  s.qkv.resize({3 * D, T25});
-  s.o.resize({D, T25});
-  s.ff.resize({c.dim_feedforward, T25});
-  s.kbuf.resize({D, Tk});
-  s.vbuf.resize({D, Tk});
+  s.h.allocate(k, {D, T25});
+  s.qkv.allocate(k, {3 * D, T25});
+  s.o.allocate(k, {D, T25});
+  s.ff.allocate(k, {c.dim_feedforward, T25});
+  s.kbuf.allocate(k, {D, Tk});
+  s.vbuf.allocate(k, {D, Tk});
+}
+
+// Stream state of a transformer: per layer keys and values of the last context-1 steps.
+void init_state(const Kernels& k, TransformerState& st, const Config& c, size_t layers) {
+  st.k.resize(layers);
+  st.v.resize(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    st.k[l].allocate(k, {c.d_model, std::max<int64_t>(c.context - 1, 1)});
+    st.v[l].allocate(k, {c.d_model, std::max<int64_t>(c.context - 1, 1)});
+  }
+}
+void init_state(const Kernels& k, ConvTrState& st, const ConvTr& c) {
+  const int64_t O = std::max<int64_t>(c.shape.overlap(), 1);
+  st.carry.allocate(k, {c.shape.out_channels, O});
+  st.old.allocate(k, {c.shape.out_channels, O});
+}
+
+// A device buffer's contents in host memory (the buffer itself for host backends).
+const Buffer& host_copy(const Kernels& k, const Buffer& b, std::map<std::string, Buffer>& copies, const std::string& name) {
+  if (k.host_memory) return b;
+  Buffer& h = copies[name];
+  if (h.capacity() < b.capacity()) h.allocate(kernels_for(Device{}), {b.capacity()});
+  h.shape = b.shape;
+  k.download(h.ptr(), b.ptr(), size_t(b.size()));
+  return h;
+}
+
+std::shared_ptr<int32_t> alloc_codes(const Kernels& k, size_t n) {
+  return std::shared_ptr<int32_t>(k.alloc_i32(n), k.release);
 }
 
 }  // namespace
@@ -274,8 +296,8 @@ SeanetSplit seanet_split(const Model& m) {
 
 // ---------------------------------------------------------------------------------- encode
 
-EncodePlan::EncodePlan(const Model& m, const Device& device, int64_t max_frames, int n_q)
-    : m_(m), k_(kernels_for(device)), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
+EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frames, int n_q)
+    : m_(m), k_(kernels), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   const int64_t T = max_frames * frame_size_, T25 = max_frames * c.downsample_stride();
@@ -294,50 +316,67 @@ EncodePlan::EncodePlan(const Model& m, const Device& device, int64_t max_frames,
   body.conv(m.enc_out, T25);
   body.conv(m.downsample, T25);
   body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25);
-  head.allocate(head_, c.compress);
-  body.allocate(s_, c.compress);
-  size_transformer(s_, c, T25);
-  input_.resize({1, T});
-  seanet_out_.resize({c.dimension, T25});
-  tf_out_.resize({c.dimension, T25});
-  latent_.resize({c.dimension, max_frames});
-  first_in_.resize({c.q_dimension, max_frames});
-  rest_in_.resize({c.q_dimension, max_frames});
+  head.allocate(k_, head_, c.compress);
+  body.allocate(k_, s_, c.compress);
+  size_transformer(k_, s_, c, T25);
+  input_.allocate(k_, {1, T});
+  seanet_out_.allocate(k_, {c.dimension, T25});
+  tf_out_.allocate(k_, {c.dimension, T25});
+  latent_.allocate(k_, {c.dimension, max_frames});
+  first_in_.allocate(k_, {c.q_dimension, max_frames});
+  rest_in_.allocate(k_, {c.q_dimension, max_frames});
+  codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(max_frames));
   codes_.reserve(size_t(n_q) * size_t(max_frames));
+  // stream state
+  init_state(k_, conv_in_, m.enc_in.shape.in_channels, m.enc_in.shape.context());
+  res_.resize(m.enc.size() * size_t(c.n_residual_layers));
+  stride_.resize(m.enc.size());
+  for (size_t b = 0; b < m.enc.size(); ++b) {
+    for (size_t i = 0; i < m.enc[b].res.size(); ++i) {
+      const Conv1dShape& c1 = m.enc[b].res[i].conv1.shape;
+      init_state(k_, res_[b * m.enc[b].res.size() + i], c1.in_channels, c1.context());
+    }
+    init_state(k_, stride_[b], m.enc[b].down.shape.in_channels, m.enc[b].down.shape.context());
+  }
+  init_state(k_, conv_out_, m.enc_out.shape.in_channels, m.enc_out.shape.context());
+  init_state(k_, down_, m.downsample.shape.in_channels, m.downsample.shape.context());
+  init_state(k_, tf_, c, m.enc_tf.size());
   reset();
 }
 
 void EncodePlan::reset() {
-  conv_in_ = ConvState{};
-  conv_out_ = ConvState{};
-  down_ = ConvState{};
-  res_.assign(m_.enc.size() * size_t(m_.cfg.n_residual_layers), ConvState{});
-  stride_.assign(m_.enc.size(), ConvState{});
-  tf_ = TransformerState{};
+  for (ConvState* st : {&conv_in_, &conv_out_, &down_}) st->started = false;
+  for (ConvState& st : res_) st.started = false;
+  for (ConvState& st : stride_) st.started = false;
+  tf_.cached = tf_.pos = 0;
 }
 
 void EncodePlan::bind_input(const float* pcm, int64_t T) {
   if (T < 1 || T > samples())
     throw Error(ErrorKind::Usage, "encode plan for " + std::to_string(samples()) + " samples got " + std::to_string(T));
   bound_frames_ = (T + frame_size_ - 1) / frame_size_;
-  std::memcpy(input_.ptr(), pcm, size_t(T) * sizeof(float));
-  std::fill(input_.data.begin() + T, input_.data.begin() + bound_frames_ * frame_size_, 0.0f);
+  k_.upload(input_.ptr(), pcm, size_t(T));
+  k_.fill(input_.ptr() + T, bound_frames_ * frame_size_ - T, 0.0f);
 }
 
 void EncodePlan::run() {
   if (bound_frames_ < 1) throw Error(ErrorKind::Usage, "encode plan: bind_input before run");
   reset();
-  push(input_.ptr(), bound_frames_);
+  encode(bound_frames_);
 }
 
 void EncodePlan::push(const float* pcm, int64_t n) {
   if (n < 1 || n > max_frames_)
     throw Error(ErrorKind::Usage, "encode plan takes 1.." + std::to_string(max_frames_) + " frames per push, got " +
                                       std::to_string(n));
+  k_.upload(input_.ptr(), pcm, size_t(n * frame_size_));
+  encode(n);
+}
+
+void EncodePlan::encode(int64_t n) {
   const Config& c = m_.cfg;
   Scratch& s = s_;
   int64_t T = n * frame_size_, C = 0;
-  if (pcm != input_.ptr()) std::memcpy(input_.ptr(), pcm, size_t(T) * sizeof(float));
   set_shape(input_, {1, T});
   // the SEANet head on sub-chunks, each result scattered into its columns of s.a [C, T]
   const int64_t sub = std::min(split_.sub_frames, n);
@@ -352,8 +391,7 @@ void EncodePlan::push(const float* pcm, int64_t n) {
     const int64_t per_frame = t / nf;
     C = ch;
     T = n * per_frame;
-    for (int64_t c = 0; c < ch; ++c)
-      std::memcpy(s.a.ptr() + c * T + f0 * per_frame, head_.a.ptr() + c * t, size_t(t) * sizeof(float));
+    k_.copy2d(s.a.ptr() + f0 * per_frame, T, head_.a.ptr(), t, t, ch);
   }
   for (size_t b = split_.enc_head; b < m_.enc.size(); ++b) block(b, s, C, T);
   const int64_t D = c.dimension, Q = c.q_dimension;
@@ -367,7 +405,7 @@ void EncodePlan::push(const float* pcm, int64_t n) {
   set_shape(tf_out_, {D, T});
   {
     StageTimer t(profile_, "enc.transformer");
-    std::memcpy(tf_out_.ptr(), seanet_out_.ptr(), size_t(D * T) * sizeof(float));
+    k_.copy2d(tf_out_.ptr(), D * T, seanet_out_.ptr(), D * T, D * T, 1);
     transformer_step(k_, c, m_.enc_tf, tf_, tf_out_.ptr(), T, s, t);
   }
   set_shape(latent_, {D, n});
@@ -384,11 +422,12 @@ void EncodePlan::push(const float* pcm, int64_t n) {
   codes_.resize(size_t(n_q_) * size_t(n));
   const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
   auto sem_e = book_ptrs(m_.semantic, n_sem, false), sem_n = book_ptrs(m_.semantic, n_sem, true);
-  k_.rvq_encode(Q, n, c.bins, n_sem, first_in_.ptr(), sem_e.data(), sem_n.data(), codes_.data());
+  k_.rvq_encode(Q, n, c.bins, n_sem, first_in_.ptr(), sem_e.data(), sem_n.data(), codes_dev_.get());
   if (n_ac > 0) {
     auto ac_e = book_ptrs(m_.acoustic, n_ac, false), ac_n = book_ptrs(m_.acoustic, n_ac, true);
-    k_.rvq_encode(Q, n, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_.data() + n_sem * n);
+    k_.rvq_encode(Q, n, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_dev_.get() + n_sem * n);
   }
+  k_.download_i32(codes_.data(), codes_dev_.get(), codes_.size());
   rvq_timer.add_flops(2.0 * double(n) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
 }
 
@@ -404,19 +443,21 @@ void EncodePlan::block(size_t b, Scratch& sc, int64_t& C, int64_t& T) {
 }
 
 const Buffer& EncodePlan::stage(const std::string& name) const {
-  if (name == "input") return input_;
-  if (name == "seanet_encoder_out") return seanet_out_;
-  if (name == "encoder_transformer_out") return tf_out_;
-  if (name == "latent") return latent_;
-  if (name == "rvq_first_in") return first_in_;
-  if (name == "rvq_rest_in") return rest_in_;
-  throw Error(ErrorKind::Usage, "encode plan has no stage '" + name + "'");
+  const Buffer* b = name == "input"                     ? &input_
+                    : name == "seanet_encoder_out"      ? &seanet_out_
+                    : name == "encoder_transformer_out" ? &tf_out_
+                    : name == "latent"                  ? &latent_
+                    : name == "rvq_first_in"            ? &first_in_
+                    : name == "rvq_rest_in"             ? &rest_in_
+                                                        : nullptr;
+  if (!b) throw Error(ErrorKind::Usage, "encode plan has no stage '" + name + "'");
+  return host_copy(k_, *b, host_copies_, name);
 }
 
 // ---------------------------------------------------------------------------------- decode
 
-DecodePlan::DecodePlan(const Model& m, const Device& device, int64_t max_frames, int n_q)
-    : m_(m), k_(kernels_for(device)), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
+DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frames, int n_q)
+    : m_(m), k_(kernels), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   const int64_t T25 = max_frames * c.downsample_stride(), T = max_frames * frame_size_;
@@ -435,26 +476,41 @@ DecodePlan::DecodePlan(const Model& m, const Device& device, int64_t max_frames,
     tw *= m.dec[b].up.shape.stride;
   }
   tail.conv(m.dec_out, t);
-  body.allocate(s_, c.compress);
-  tail.allocate(tail_, c.compress);
-  size_transformer(s_, c, T25);
+  body.allocate(k_, s_, c.compress);
+  tail.allocate(k_, tail_, c.compress);
+  size_transformer(k_, s_, c, T25);
   codes_.assign(size_t(n_q) * size_t(max_frames), 0);
-  sum_.resize({c.q_dimension, max_frames});
-  quantized_.resize({c.dimension, max_frames});
-  tmp_.resize({c.dimension, max_frames});
-  upsampled_.resize({c.dimension, T25});
-  tf_out_.resize({c.dimension, T25});
-  output_.resize({1, T});
+  codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(max_frames));
+  sum_.allocate(k_, {c.q_dimension, max_frames});
+  quantized_.allocate(k_, {c.dimension, max_frames});
+  tmp_.allocate(k_, {c.dimension, max_frames});
+  upsampled_.allocate(k_, {c.dimension, T25});
+  tf_out_.allocate(k_, {c.dimension, T25});
+  output_.allocate(k_, {1, T});
+  if (!k_.host_memory) output_host_.allocate(kernels_for(Device{}), {1, T});
+  // stream state
+  init_state(k_, up_, m.upsample);
+  init_state(k_, conv_in_, m.dec_in.shape.in_channels, m.dec_in.shape.context());
+  convtr_.resize(m.dec.size());
+  res_.resize(m.dec.size() * size_t(c.n_residual_layers));
+  for (size_t b = 0; b < m.dec.size(); ++b) {
+    init_state(k_, convtr_[b], m.dec[b].up);
+    for (size_t i = 0; i < m.dec[b].res.size(); ++i) {
+      const Conv1dShape& c1 = m.dec[b].res[i].conv1.shape;
+      init_state(k_, res_[b * m.dec[b].res.size() + i], c1.in_channels, c1.context());
+    }
+  }
+  init_state(k_, conv_out_, m.dec_out.shape.in_channels, m.dec_out.shape.context());
+  init_state(k_, tf_, c, m.dec_tf.size());
   reset();
 }
 
 void DecodePlan::reset() {
-  up_ = ConvTrState{};
-  conv_in_ = ConvState{};
-  conv_out_ = ConvState{};
-  convtr_.assign(m_.dec.size(), ConvTrState{});
-  res_.assign(m_.dec.size() * size_t(m_.cfg.n_residual_layers), ConvState{});
-  tf_ = TransformerState{};
+  for (ConvState* st : {&conv_in_, &conv_out_}) st->started = false;
+  for (ConvState& st : res_) st.started = false;
+  up_.started = false;
+  for (ConvTrState& st : convtr_) st.started = false;
+  tf_.cached = tf_.pos = 0;
 }
 
 void DecodePlan::bind_codes(const int32_t* codes) {
@@ -480,6 +536,8 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
                                         ")");
   Scratch& s = s_;
   const int64_t D = c.dimension, Q = c.q_dimension;
+  k_.upload_i32(codes_dev_.get(), codes, size_t(n_q_) * size_t(n));
+  const int32_t* dcodes = codes_dev_.get();  // [n_q, n] on the device
   // quantized = out_proj_sem(e0) + out_proj_ac(e1 + e2 + ...)
   const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
   set_shape(quantized_, {D, n});
@@ -487,11 +545,11 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
     StageTimer rvq_timer(profile_, "dec.rvq");
     rvq_timer.add_flops(2.0 * double(n) * double(D) * Q * (n_ac > 0 ? 2 : 1));
     auto sem_e = book_ptrs(m_.semantic, n_sem, false);
-    k_.rvq_decode(Q, n, bins, n_sem, codes, sem_e.data(), sum_.ptr());
+    k_.rvq_decode(Q, n, bins, n_sem, dcodes, sem_e.data(), sum_.ptr());
     k_.linear(Q, D, n, m_.semantic.output_proj.data, sum_.ptr(), quantized_.ptr());
     if (n_ac > 0) {
       auto ac_e = book_ptrs(m_.acoustic, n_ac, false);
-      k_.rvq_decode(Q, n, bins, n_ac, codes + n_sem * n, ac_e.data(), sum_.ptr());
+      k_.rvq_decode(Q, n, bins, n_ac, dcodes + n_sem * n, ac_e.data(), sum_.ptr());
       k_.linear(Q, D, n, m_.acoustic.output_proj.data, sum_.ptr(), tmp_.ptr());
       k_.add_inplace(D * n, tmp_.ptr(), quantized_.ptr());
     }
@@ -506,7 +564,7 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
   }
   {
     StageTimer t(profile_, "dec.transformer");
-    std::memcpy(tf_out_.ptr(), upsampled_.ptr(), size_t(D * T) * sizeof(float));
+    k_.copy2d(tf_out_.ptr(), D * T, upsampled_.ptr(), D * T, D * T, 1);
     transformer_step(k_, c, m_.dec_tf, tf_, tf_out_.ptr(), T, s, t);
   }
   // SEANet decoder: conv -> [ELU, convtr, resblocks] x 4 -> ELU -> conv
@@ -522,12 +580,15 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
   for (int64_t f0 = 0; f0 < n; f0 += sub) {
     const int64_t nf = std::min(sub, n - f0);
     int64_t t = nf * per_frame, ch = C;
-    for (int64_t c = 0; c < ch; ++c)
-      std::memcpy(tail_.a.ptr() + c * t, s.a.ptr() + c * T + f0 * per_frame, size_t(t) * sizeof(float));
+    k_.copy2d(tail_.a.ptr(), t, s.a.ptr() + f0 * per_frame, T, t, ch);
     for (size_t b = split_.dec_tail; b < m_.dec.size(); ++b) block(b, tail_, ch, t);
     StageTimer timer(profile_, "dec.seanet.conv_out");  // ELU -> conv (64 -> 1 channel) in one pass
     conv_step(k_, m_.dec_out, conv_out_, tail_.a.ptr(), t, output_.ptr() + f0 * frame_size_, tail_, timer, false,
               /*elu_input=*/true);
+  }
+  if (!k_.host_memory) {
+    output_host_.shape = output_.shape;
+    k_.download(output_host_.ptr(), output_.ptr(), size_t(output_.size()));
   }
 }
 
@@ -542,11 +603,13 @@ void DecodePlan::block(size_t b, Scratch& sc, int64_t& C, int64_t& T) {
 }
 
 const Buffer& DecodePlan::stage(const std::string& name) const {
-  if (name == "quantized_latent") return quantized_;
-  if (name == "upsampled_latent") return upsampled_;
-  if (name == "decoder_transformer_out") return tf_out_;
-  if (name == "output") return output_;
-  throw Error(ErrorKind::Usage, "decode plan has no stage '" + name + "'");
+  if (name == "output") return output();
+  const Buffer* b = name == "quantized_latent"          ? &quantized_
+                    : name == "upsampled_latent"        ? &upsampled_
+                    : name == "decoder_transformer_out" ? &tf_out_
+                                                        : nullptr;
+  if (!b) throw Error(ErrorKind::Usage, "decode plan has no stage '" + name + "'");
+  return host_copy(k_, *b, host_copies_, name);
 }
 
 }  // namespace mimi

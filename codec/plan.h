@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,25 +30,33 @@
 
 namespace mimi {
 
-struct Buffer {
-  Shape shape;              // logical shape of the current contents, e.g. [C, T]
-  std::vector<float> data;  // capacity for the largest chunk; numel(shape) valid floats
-  void resize(Shape s) {
-    shape = std::move(s);
-    data.assign(size_t(numel(shape)), 0.0f);
-  }
-  float* ptr() { return data.data(); }
-  const float* ptr() const { return data.data(); }
+// Memory on the plan's device (host memory for the CPU backends), allocated once when the plan
+// is built, plus the logical shape of its current contents (at most the capacity).
+class Buffer {
+ public:
+  Shape shape;  // e.g. [C, T]
+
+  void allocate(const Kernels& k, Shape s);  // zeroed, capacity numel(s); shape = s
+  float* ptr() { return mem_.get(); }
+  const float* ptr() const { return mem_.get(); }
   int64_t size() const { return numel(shape); }
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  std::shared_ptr<float> mem_;
+  int64_t capacity_ = 0;
 };
 
-struct ConvState {  // the last P = context() inputs of a causal conv
-  Buffer hist;      // [Cin, P]
+// Stream state. Allocated with the plan; reset() only clears `started`, and the first push of
+// a stream initializes the contents (zeros, or replicate padding).
+struct ConvState {  // a causal conv's (or resblock's) left context: its last P inputs
+  Buffer hist, next;  // [Cin, P]: the current context, and the next one being built
   bool started = false;
 };
 
 struct ConvTrState {  // the overlap of a transposed conv not yet complete
-  Buffer carry;       // [Cout, K - stride]
+  Buffer carry, old;  // [Cout, K - stride]; `old` holds the previous carry while a new one is built
+  bool started = false;
 };
 
 struct TransformerState {
@@ -69,12 +79,12 @@ struct Scratch {
   Buffer full;                // their untrimmed output, whose end is the carried tail
   Buffer h, qkv, o, ff;       // transformer: [D,T], [3D,T], [D,T], [FF,T]
   Buffer kbuf, vbuf;          // [D, context-1 + T]: cached then new keys/values
-  std::vector<float> ctx_next;  // a fused resblock's next left context
 };
 
 class EncodePlan {
  public:
-  EncodePlan(const Model& model, const Device& device, int64_t max_frames, int n_q);
+  // `model`'s tensors must live where `kernels` compute (Engine places them).
+  EncodePlan(const Model& model, const Kernels& kernels, int64_t max_frames, int n_q);
 
   int64_t max_frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
@@ -90,12 +100,14 @@ class EncodePlan {
   void bind_input(const float* pcm, int64_t T);
   void run();
 
-  // Of the last push: "input", "seanet_encoder_out", "encoder_transformer_out", "latent",
-  // "rvq_first_in", "rvq_rest_in"
+  // Of the last push, in host memory (copied from the device when the plan runs on one):
+  // "input", "seanet_encoder_out", "encoder_transformer_out", "latent", "rvq_first_in",
+  // "rvq_rest_in"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
 
  private:
+  void encode(int64_t frames);  // input_ holds frames * frame_size samples
   // encoder block b on sc.a [C, T] in place (T and C updated)
   void block(size_t b, Scratch& sc, int64_t& C, int64_t& T);
 
@@ -105,7 +117,8 @@ class EncodePlan {
   int n_q_;
   int64_t bound_frames_ = 0;
   Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;
-  std::vector<int32_t> codes_;
+  std::shared_ptr<int32_t> codes_dev_;  // [n_q, max_frames] on the device
+  std::vector<int32_t> codes_;          // the last push's codes in host memory
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch head_;  // the sub-chunked SEANet head
@@ -113,11 +126,12 @@ class EncodePlan {
   std::vector<ConvState> res_, stride_;  // per resblock conv1 and per strided conv
   TransformerState tf_;
   Profile* profile_ = nullptr;
+  mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
 };
 
 class DecodePlan {
  public:
-  DecodePlan(const Model& model, const Device& device, int64_t max_frames, int n_q);
+  DecodePlan(const Model& model, const Kernels& kernels, int64_t max_frames, int n_q);
 
   int64_t max_frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
@@ -126,13 +140,15 @@ class DecodePlan {
   // Decodes the next `frames` frames: codes [n_q, frames] (row stride `frames`), every value in
   // [0, bins) (checked, throws Error(Input)). Output: frames * frame_size samples.
   void push(const int32_t* codes, int64_t frames);
-  const Buffer& output() const { return output_; }  // [1, frames * frame_size] of the last push
+  // [1, frames * frame_size] of the last push, in host memory
+  const Buffer& output() const { return k_.host_memory ? output_ : output_host_; }
 
   // Whole signal: codes [n_q, max_frames]; run() decodes them from a fresh state.
   void bind_codes(const int32_t* codes);
   void run();
 
-  // Of the last push: "quantized_latent", "upsampled_latent", "decoder_transformer_out", "output"
+  // Of the last push, in host memory: "quantized_latent", "upsampled_latent",
+  // "decoder_transformer_out", "output"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
 
@@ -144,8 +160,10 @@ class DecodePlan {
   const Kernels& k_;
   int64_t max_frames_, frame_size_;
   int n_q_;
-  std::vector<int32_t> codes_;
+  std::vector<int32_t> codes_;          // bind_codes(): [n_q, max_frames], host
+  std::shared_ptr<int32_t> codes_dev_;  // the codes of a push on the device
   Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;
+  Buffer output_host_;                  // output_ copied to the host (device plans)
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch tail_;  // the sub-chunked SEANet tail
@@ -155,6 +173,7 @@ class DecodePlan {
   std::vector<ConvState> res_;
   TransformerState tf_;
   Profile* profile_ = nullptr;
+  mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
 };
 
 }  // namespace mimi

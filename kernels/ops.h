@@ -13,6 +13,7 @@
 // codec/ (which throw); kernels assume valid shapes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mimi {
@@ -134,6 +135,25 @@ struct ResBlockShape {
   void resblock(const ResBlockShape& s, const float* w1, const float* b1, const float* w2,    \
                 const float* b2, const float* context, float* x);
 
+// Memory on a backend's device (plain host memory for the CPU backends), so that plans are
+// written once: buffers, stream state and the copies between them all go through these.
+// Pitches and widths count floats; copy2d's and add2d's source and destination must not overlap.
+#define MIMI_DECLARE_MEMORY_OPS                                                                  \
+  float* alloc(size_t n);             /* n zeroed floats */                                     \
+  int32_t* alloc_i32(size_t n);       /* n zeroed int32 */                                      \
+  void release(void* p);                                                                        \
+  /* dst[r*dpitch + j] = src[r*spitch + j], r < rows, j < width */                              \
+  void copy2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,      \
+              int64_t rows);                                                                    \
+  /* dst[r*dpitch + j] += src[r*spitch + j] */                                                  \
+  void add2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,       \
+             int64_t rows);                                                                     \
+  void fill(float* dst, int64_t n, float value);                                                \
+  void upload(float* dst, const float* host_src, size_t n);                                     \
+  void download(float* host_dst, const float* src, size_t n);                                   \
+  void upload_i32(int32_t* dst, const int32_t* host_src, size_t n);                             \
+  void download_i32(int32_t* host_dst, const int32_t* src, size_t n);
+
 namespace ref {
 MIMI_DECLARE_OPS
 MIMI_DECLARE_RESBLOCK
@@ -141,6 +161,7 @@ MIMI_DECLARE_RESBLOCK
 namespace cpu {
 MIMI_DECLARE_OPS
 MIMI_DECLARE_RESBLOCK
+MIMI_DECLARE_MEMORY_OPS  // host memory; the ref backend uses these too
 // Threads used by the CPU kernels (0 = all hardware threads).
 void set_num_threads(int n);
 int num_threads();

@@ -22,7 +22,7 @@ Streamed encode_in_chunks(const Model& m, const std::vector<float>& pcm, int n_q
   const int64_t fs = m.cfg.frame_size(), F = Engine::frames_for(int64_t(pcm.size()), m.cfg), D = m.cfg.dimension;
   std::vector<float> padded(pcm);
   padded.resize(size_t(F * fs), 0.0f);
-  EncodePlan plan(m, Device{}, chunk, n_q);
+  EncodePlan plan(m, kernels_for(Device{}), chunk, n_q);
   Streamed s{std::vector<int32_t>(size_t(n_q * F)), std::vector<float>(size_t(D * F))};
   for (int64_t f0 = 0; f0 < F; f0 += chunk) {
     const int64_t n = std::min(chunk, F - f0);
@@ -37,7 +37,7 @@ Streamed encode_in_chunks(const Model& m, const std::vector<float>& pcm, int n_q
 std::vector<float> decode_in_chunks(const Model& m, const std::vector<int32_t>& codes, int n_q_rows, int n_q,
                                     int64_t F, int64_t chunk) {
   const int64_t fs = m.cfg.frame_size();
-  DecodePlan plan(m, Device{}, chunk, n_q);
+  DecodePlan plan(m, kernels_for(Device{}), chunk, n_q);
   std::vector<float> out(size_t(F * fs));
   std::vector<int32_t> part(size_t(n_q * chunk));
   for (int64_t f0 = 0; f0 < F; f0 += chunk) {

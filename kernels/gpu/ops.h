@@ -11,16 +11,12 @@
 namespace mimi::gpu {
 
 MIMI_DECLARE_OPS
+MIMI_DECLARE_MEMORY_OPS  // device memory
 
 int device_count();  // 0 when there is no usable device (never throws)
 void set_device(int index);
-float* alloc(size_t n);  // n floats of device memory
-void release(void* p);
-void upload(float* dst, const float* src, size_t n);
-void download(float* dst, const float* src, size_t n);
-int32_t* alloc_i32(size_t n);
-void upload_i32(int32_t* dst, const int32_t* src, size_t n);
-void download_i32(int32_t* dst, const int32_t* src, size_t n);
 void synchronize();
+// "CUDA" or "HIP": the vendor this backend was compiled for.
+const char* vendor();
 
 }  // namespace mimi::gpu

@@ -14,16 +14,56 @@ int device_count() {
 
 void set_device(int index) { check(gpuSetDevice(index), "set device"); }
 
-float* alloc(size_t n) {
+namespace {
+void* zeroed(size_t bytes) {
   void* p = nullptr;
-  check(gpuMalloc(&p, n * sizeof(float) + 1), "device allocation");
-  return static_cast<float*>(p);
+  check(gpuMalloc(&p, bytes + 1), "device allocation");
+  check(gpuMemset(p, 0, bytes + 1), "device memset");
+  return p;
 }
 
-int32_t* alloc_i32(size_t n) {
-  void* p = nullptr;
-  check(gpuMalloc(&p, n * sizeof(int32_t) + 1), "device allocation");
-  return static_cast<int32_t*>(p);
+__global__ void add2d_kernel(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
+                             int64_t rows) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= width * rows) return;
+  const int64_t r = i / width, j = i % width;
+  dst[r * dpitch + j] += src[r * spitch + j];
+}
+
+__global__ void fill_kernel(float* dst, int64_t n, float value) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = value;
+}
+}  // namespace
+
+const char* vendor() {
+#if defined(MIMI_USE_HIP)
+  return "HIP";
+#else
+  return "CUDA";
+#endif
+}
+
+float* alloc(size_t n) { return static_cast<float*>(zeroed(n * sizeof(float))); }
+int32_t* alloc_i32(size_t n) { return static_cast<int32_t*>(zeroed(n * sizeof(int32_t))); }
+
+void copy2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t rows) {
+  if (width <= 0 || rows <= 0) return;
+  check(gpuMemcpy2DAsync(dst, size_t(dpitch) * sizeof(float), src, size_t(spitch) * sizeof(float),
+                         size_t(width) * sizeof(float), size_t(rows), gpuMemcpyDeviceToDevice, 0),
+        "copy2d");
+}
+
+void add2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t rows) {
+  if (width <= 0 || rows <= 0) return;
+  add2d_kernel<<<blocks_for(width * rows), kThreads>>>(dst, dpitch, src, spitch, width, rows);
+  check_launch("add2d");
+}
+
+void fill(float* dst, int64_t n, float value) {
+  if (n <= 0) return;
+  fill_kernel<<<blocks_for(n), kThreads>>>(dst, n, value);
+  check_launch("fill");
 }
 
 void release(void* p) {
