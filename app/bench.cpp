@@ -61,9 +61,12 @@ int run_bench(const BenchOptions& o) {
     source = locate_weights(o.weights);
     model = load_model(source, lo);
   }
-  const double peak = cpu::measure_peak_gflops(threads);
   EngineOptions eo;
+  eo.device = Device::parse(o.device);
   eo.chunk_frames = o.chunk_frames;
+  const bool on_gpu = eo.device.kind == Device::Kind::Cuda || eo.device.kind == Device::Kind::Hip;
+  const double peak = on_gpu ? 0.0 : cpu::measure_peak_gflops(threads);  // the CPU's FMA peak
+  const int batch = std::max(o.batch, 1);
   Engine engine(model, eo);
   const Config& c = engine.config();
   std::vector<Row> rows;
@@ -80,9 +83,11 @@ int run_bench(const BenchOptions& o) {
         // the engine's own chunked path, with the profile attached to the plans it uses
         engine.set_profile(o.stages ? &p : nullptr);
         const double t0 = now();
-        if (enc) codes = engine.encode(pcm.data(), n, o.n_q);
-        else engine.decode(codes);
-        const double dt = now() - t0;
+        for (int b = 0; b < batch; ++b) {  // outputs land in host memory, so the device is done
+          if (enc) codes = engine.encode(pcm.data(), n, o.n_q);
+          else engine.decode(codes);
+        }
+        const double dt = (now() - t0) / batch;  // per input: the table's rows are per input
         engine.set_profile(nullptr);
         if (i > 0) {
           r.times.push_back(dt);
@@ -93,7 +98,7 @@ int run_bench(const BenchOptions& o) {
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.times[a] < r.times[b]; });
       r.profile = profiles[order[order.size() / 2]];
-      r.flops = r.profile.total_flops();
+      r.flops = r.profile.total_flops() / batch;  // per input, like the times
       rows.push_back(r);
     }
   }
@@ -128,7 +133,7 @@ int run_bench(const BenchOptions& o) {
     return v[v.size() / 2];
   };
   if (o.json) {
-    nlohmann::json out = {{"threads", threads}, {"isa", cpu::gemm_isa()}, {"peak_gflops", peak}, {"chunk_frames", o.chunk_frames}, {"weights", source},
+    nlohmann::json out = {{"threads", threads}, {"device", eo.device.str()}, {"batch", batch}, {"isa", cpu::gemm_isa()}, {"peak_gflops", peak}, {"chunk_frames", o.chunk_frames}, {"weights", source},
                           {"n_q", o.n_q}, {"results", nlohmann::json::array()}};
     for (const Row& r : rows) {
       nlohmann::json st = nlohmann::json::object();
@@ -149,8 +154,13 @@ int run_bench(const BenchOptions& o) {
     std::cout << out.dump() << std::endl;
     return 0;
   }
-  std::printf("mimi bench: %s, n_q %d, %d thread(s), chunks of %lld frames, GEMM %s, measured FMA peak %.1f GFLOP/s\n",
-              source.c_str(), o.n_q, threads, (long long)o.chunk_frames, cpu::gemm_isa(), peak);
+  if (on_gpu)
+    std::printf("mimi bench: %s, n_q %d, device %s, batch %d (inputs one after another; times per input), chunks of "
+                "%lld frames\n",
+                source.c_str(), o.n_q, eo.device.str().c_str(), batch, (long long)o.chunk_frames);
+  else
+    std::printf("mimi bench: %s, n_q %d, %d thread(s), chunks of %lld frames, GEMM %s, measured FMA peak %.1f GFLOP/s\n",
+                source.c_str(), o.n_q, threads, (long long)o.chunk_frames, cpu::gemm_isa(), peak);
   std::printf("%-9s %7s %5s %8s %8s %8s %8s %8s %9s %6s\n", "direction", "audio", "runs", "min_s", "median_s", "max_s",
               "x_realtm", "GFLOP", "GFLOP/s", "%peak");
   for (const Row& r : rows) {
@@ -158,14 +168,16 @@ int run_bench(const BenchOptions& o) {
     std::printf("%-9s %6.0fs %5zu %8.3f %8.3f %8.3f %8.1f %8.1f %9.1f %5.1f%%\n", r.direction.c_str(), r.seconds,
                 r.times.size(), *std::min_element(r.times.begin(), r.times.end()), med,
                 *std::max_element(r.times.begin(), r.times.end()), r.seconds / med, r.flops / 1e9, r.flops / med / 1e9,
-                100.0 * r.flops / med / 1e9 / peak);
+                peak > 0 ? 100.0 * r.flops / med / 1e9 / peak : 0.0);
   }
   if (!lat.enc.empty())
     std::printf("\nstreaming, one 80 ms frame per push (%zu frames): encode median %.2f ms, max %.2f ms; "
                 "decode median %.2f ms, max %.2f ms\n",
                 lat.enc.size(), 1e3 * median(lat.enc), 1e3 * *std::max_element(lat.enc.begin(), lat.enc.end()),
                 1e3 * median(lat.dec), 1e3 * *std::max_element(lat.dec.begin(), lat.dec.end()));
-  if (o.stages)
+  if (o.stages && on_gpu)
+    std::printf("\n(no stage table on a GPU: the host-side stage timers would time kernel launches)\n");
+  if (o.stages && !on_gpu)
     for (const Row& r : rows) {
       std::printf("\nstages, %s %.0f s (median run):\n", r.direction.c_str(), r.seconds);
       const double total = r.profile.total_seconds();

@@ -13,6 +13,8 @@ struct BenchOptions {
   std::string weights;  // empty: the full-size PRNG test weights, generated in memory
   std::string config;
   int threads = 0;
+  std::string device = "cpu";
+  int batch = 1;  // inputs per timed run (one after another through the engine's plans)
   int64_t chunk_frames = 64;  // the engine's default
   int64_t latency_frames = 250;  // frames pushed one at a time for the latency line (0 = skip)
   bool json = false;

@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
   b->add_option("--weights", bench.weights, "Weights [default: the full-size PRNG test weights]");
   b->add_option("--config", bench.config, "Config for --weights");
   b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str();
+  b->add_option("--device", bench.device, "cpu, ref, cuda[:i] or hip[:i]")->capture_default_str();
+  b->add_option("--batch", bench.batch, "Inputs per timed run, one after another (times are per input)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")->capture_default_str();
   b->add_option("--latency-frames", bench.latency_frames, "Frames streamed one by one for the latency line (0 = skip)")
       ->capture_default_str();

@@ -1,14 +1,57 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU: build with the CUDA kernels and run every GPU kernel against
-# the naive CPU references (tests/test_gpu_kernels.cpp), then the CPU suite's kernel tests.
-# The engine does not run plans on the GPU yet, so there is no GPU benchmark here yet.
+# On a machine with an NVIDIA GPU, one command: build with CUDA (or use a carried build-gpu/),
+# run every GPU kernel against the naive CPU references, run the golden suite on the GPU, then
+# time encode/decode (10 s inputs, batch 1 and 64, streaming per-frame latency) and, where
+# python3 has transformers' MimiModel, HF's float32 MimiModel on the same weights and lengths.
+# Ends with a short table. Exit status: that of the first failing check (77: no device).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+B=${MIMI_GPU_BUILD:-build-gpu}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
-bash scripts/install-deps.sh >/dev/null 2>&1 || true
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON ${CUDAARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDAARCHS} >/dev/null &&
-  cmake --build build-gpu -j "$(nproc)" --target test_gpu_kernels test_kernels || exit 1
-build-gpu/tests/test_gpu_kernels; rc=$?
-build-gpu/tests/test_kernels | tail -3
-echo "gpu-check: test_gpu_kernels exit code $rc (0 = every GPU kernel matches the references, 77 = no device)"
-exit $rc
+if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ]; then
+  bash scripts/install-deps.sh >/dev/null 2>&1 || true
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null &&
+    cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden || exit 1
+fi
+status=0
+note() { [ "$status" -eq 0 ] && status=$1; }
+echo "== GPU kernels vs the naive CPU references"
+"$B/tests/test_gpu_kernels"; rc_k=$?; [ $rc_k -ne 0 ] && note $rc_k
+echo "== golden suite on the GPU"
+(cd "$B/tests" && ./test_golden "--test-case=golden gpu"); rc_g=$?; [ $rc_g -ne 0 ] && note $rc_g
+W=$(mktemp -d)
+"$B/mimi" gen-weights --config full --dialect hf -o "$W/model.safetensors" -q
+echo "== mimi bench (full-size PRNG weights, n_q 8)"
+"$B/mimi" bench --device cuda --weights "$W/model.safetensors" --seconds 10,60 --runs 5 --latency-frames 250 |
+  tee "$W/b1.txt"
+"$B/mimi" bench --device cuda --weights "$W/model.safetensors" --seconds 10 --runs 2 --batch 64 --latency-frames 0 |
+  tee "$W/b64.txt"
+"$B/mimi" bench --device cpu --weights "$W/model.safetensors" --seconds 10 --runs 3 --latency-frames 0 | tee "$W/cpu.txt"
+hf=""
+if python3 -c "from transformers import MimiModel" 2>/dev/null; then
+  echo "== HF transformers MimiModel (float32) on the same weights"
+  hf=$(python3 scripts/hf_mimi_bench.py --weights "$W" --seconds 10 --batch 1,64) && echo "$hf"
+fi
+rtf() { awk -v d="$2" -v s="$3" '$1 == d && $2 == s"s" {print $7}' "$1"; }
+echo
+echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+printf "%-34s %s\n" "GPU kernels vs references" "exit $rc_k (0 ok, 77 no device)"
+printf "%-34s %s\n" "golden suite on the GPU" "exit $rc_g"
+printf "%-34s %s / %s x realtime\n" "encode / decode 10 s, batch 1" "$(rtf "$W/b1.txt" encode 10)" "$(rtf "$W/b1.txt" decode 10)"
+printf "%-34s %s / %s x realtime per input\n" "encode / decode 10 s, batch 64" "$(rtf "$W/b64.txt" encode 10)" "$(rtf "$W/b64.txt" decode 10)"
+printf "%-34s %s / %s x realtime\n" "CPU encode / decode 10 s" "$(rtf "$W/cpu.txt" encode 10)" "$(rtf "$W/cpu.txt" decode 10)"
+printf "%-34s %s\n" "streaming step" "$(grep -o 'encode median.*' "$W/b1.txt")"
+if [ -n "$hf" ]; then
+  echo "$hf" | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+for r in d['results']:
+    print('%-34s %.1f x realtime (batch total)' % ('HF MimiModel %s, batch %d' % (r['direction'], r['batch']), r['rtf']))
+"
+  ours=$(rtf "$W/b64.txt" encode 10)
+  hf64=$(echo "$hf" | python3 -c "import json,sys; print([r['rtf'] for r in json.load(sys.stdin)['results'] if r['direction']=='encode' and r['batch']==64][0])")
+  python3 -c "print('%-34s %.2fx (target >= 10x)' % ('batch-64 encode throughput vs HF', float('$ours') / float('$hf64')))" 2>/dev/null
+fi
+rm -rf "$W"
+exit $status
