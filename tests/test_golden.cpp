@@ -24,19 +24,6 @@ struct Worst {
   std::string where;
 };
 
-// The GPU plans' code path on the CPU: the CPU kernels declared as device memory (weights
-// uploaded, inputs uploaded, outputs downloaded, every copy through the memory ops) and without
-// the fused resblock (composed from the ops, as on the GPU).
-const Kernels& cpu_as_device() {
-  static const Kernels k = [] {
-    Kernels t = kernels_for(Device{});
-    t.host_memory = false;
-    t.resblock = nullptr;
-    return t;
-  }();
-  return k;
-}
-
 void run_config(const std::string& config, Dialect dialect, const std::string& device,
                 const Kernels* kernels = nullptr) {
   auto model = reference_model(config, dialect);

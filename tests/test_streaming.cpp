@@ -18,11 +18,11 @@ struct Streamed {
   std::vector<float> latent;   // [D, F]
 };
 
-Streamed encode_in_chunks(const Model& m, const std::vector<float>& pcm, int n_q, int64_t chunk) {
+Streamed encode_in_chunks(const Model& m, const std::vector<float>& pcm, int n_q, int64_t chunk, const Kernels& k) {
   const int64_t fs = m.cfg.frame_size(), F = Engine::frames_for(int64_t(pcm.size()), m.cfg), D = m.cfg.dimension;
   std::vector<float> padded(pcm);
   padded.resize(size_t(F * fs), 0.0f);
-  EncodePlan plan(m, kernels_for(Device{}), chunk, n_q);
+  EncodePlan plan(m, k, chunk, n_q);
   Streamed s{std::vector<int32_t>(size_t(n_q * F)), std::vector<float>(size_t(D * F))};
   for (int64_t f0 = 0; f0 < F; f0 += chunk) {
     const int64_t n = std::min(chunk, F - f0);
@@ -35,9 +35,9 @@ Streamed encode_in_chunks(const Model& m, const std::vector<float>& pcm, int n_q
 }
 
 std::vector<float> decode_in_chunks(const Model& m, const std::vector<int32_t>& codes, int n_q_rows, int n_q,
-                                    int64_t F, int64_t chunk) {
+                                    int64_t F, int64_t chunk, const Kernels& k) {
   const int64_t fs = m.cfg.frame_size();
-  DecodePlan plan(m, kernels_for(Device{}), chunk, n_q);
+  DecodePlan plan(m, k, chunk, n_q);
   std::vector<float> out(size_t(F * fs));
   std::vector<int32_t> part(size_t(n_q * chunk));
   for (int64_t f0 = 0; f0 < F; f0 += chunk) {
@@ -58,7 +58,9 @@ void check_close(const std::string& what, const std::vector<float>& got, const f
   std::printf("  %-34s max|c-g| %.3e  ratio %.4f\n", what.c_str(), e.max_abs, e.worst_ratio);
 }
 
-void golden_streaming(const std::string& config, const std::string& case_name) {
+void golden_streaming(const std::string& config, const std::string& case_name,
+                      std::initializer_list<int64_t> chunks = {1, 2, 3, 7, 50},
+                      const Kernels& k = kernels_for(Device{})) {
   auto model = reference_model(config, Dialect::Moshi);
   const SafetensorsFile g = SafetensorsFile::open(data_dir() + "/" + config + "/cases/" + case_name + ".safetensors");
   const Tensor input = g.to_f32("input"), latent = g.to_f32("latent"), output = g.to_f32("output"),
@@ -68,9 +70,9 @@ void golden_streaming(const std::string& config, const std::string& case_name) {
   const int64_t F = g.info("codes").shape[2];
   const std::vector<float> pcm(input.data, input.data + input.size());
   std::printf("[%s/%s streaming, %lld frames]\n", config.c_str(), case_name.c_str(), (long long)F);
-  for (int64_t chunk : {1, 2, 3, 7, 50}) {
+  for (int64_t chunk : chunks) {
     CAPTURE(chunk);
-    const Streamed s = encode_in_chunks(*model, pcm, n_q, chunk);
+    const Streamed s = encode_in_chunks(*model, pcm, n_q, chunk, k);
     const CodeReport cr = compare_codes(s.codes, gcodes, std::vector<float>(margin.data, margin.data + margin.size()), n_q, F);
     INFO("codes: " << cr.first_hard);
     CHECK(cr.hard_mismatches == 0);
@@ -78,7 +80,7 @@ void golden_streaming(const std::string& config, const std::string& case_name) {
     std::printf("  chunk %-3lld codes: %lld near-tie flips of %lld\n", (long long)chunk, (long long)cr.near_tie_flips,
                 (long long)cr.total);
     check_close("chunk " + std::to_string(chunk) + " latent", s.latent, latent.data, size_t(latent.size()));
-    const std::vector<float> y = decode_in_chunks(*model, gcodes, n_q, n_q, F, chunk);
+    const std::vector<float> y = decode_in_chunks(*model, gcodes, n_q, n_q, F, chunk, k);
     check_close("chunk " + std::to_string(chunk) + " decode(golden codes)", y, output.data, size_t(output.size()));
   }
 }
@@ -90,6 +92,10 @@ TEST_CASE("streaming: full/long_speech (past the 250-step window) equals the off
 }
 TEST_CASE("streaming: full/len48123 (odd final frame) equals the official offline result") {
   golden_streaming("full", "len48123");
+}
+// What a GPU plan does (device memory ops, composed resblocks), in chunks, on the CPU kernels.
+TEST_CASE("streaming: the device code path in chunks (full/len48123)") {
+  golden_streaming("full", "len48123", {1, 3, 50}, cpu_as_device());
 }
 TEST_CASE("streaming: tiny-window/long_speech (487 of 492 steps at a full window)") {
   golden_streaming("tiny-window", "long_speech");

@@ -101,4 +101,14 @@ CodeReport compare_codes(const std::vector<int32_t>& got, const std::vector<int3
   return r;
 }
 
+const Kernels& cpu_as_device() {
+  static const Kernels k = [] {
+    Kernels t = kernels_for(Device{});
+    t.host_memory = false;
+    t.resblock = nullptr;
+    return t;
+  }();
+  return k;
+}
+
 }  // namespace mimi::test

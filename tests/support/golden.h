@@ -41,4 +41,9 @@ struct CodeReport {
 CodeReport compare_codes(const std::vector<int32_t>& got, const std::vector<int32_t>& golden,
                          const std::vector<float>& margin, int n_q, int64_t frames);
 
+// The GPU plans' code path on the CPU: the CPU kernels declared as device memory (weights
+// uploaded, inputs uploaded, outputs downloaded, every copy through the memory ops) and without
+// the fused resblock (composed from the ops, as on the GPU).
+const Kernels& cpu_as_device();
+
 }  // namespace mimi::test
