@@ -1,18 +1,30 @@
 // GPU residual vector quantization. Encode: one block per frame walks the codebooks in order;
 // its threads compute the matmul-form distances over the bins and an argmin reduction (ties to
 // the lowest index), then update the residual kept in shared memory. Decode: one thread per
-// output element sums its codebook entries in codebook order. The codebook pointer arrays are
-// copied to the device.
+// output element sums its codebook entries in codebook order. The codebook pointers travel in
+// the kernel arguments (at most 32 books): no allocation, no synchronization, capturable in a
+// graph.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
 
-#include <vector>
 
 namespace mimi::gpu {
 namespace {
 
+constexpr int kMaxBooks = 32;
+struct Books {  // passed by value
+  const float* p[kMaxBooks];
+};
+
+Books books_arg(const float* const* host, int64_t n) {
+  if (n > kMaxBooks) throw Error(ErrorKind::Internal, "rvq: more than 32 codebooks");
+  Books b{};
+  for (int64_t i = 0; i < n; ++i) b.p[i] = host[i];
+  return b;
+}
+
 __global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
-                                  const float* const* books, const float* const* norms, int32_t* codes) {
+                                  Books books, Books norms, int32_t* codes) {
   extern __shared__ float sh[];  // r [Q], rr, best_d [blockDim], best_i [blockDim] (as float bits)
   float* r = sh;
   float* best_d = sh + Q + 1;
@@ -21,8 +33,8 @@ __global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n,
   for (int64_t q = threadIdx.x; q < Q; q += blockDim.x) r[q] = x[q * F + f];
   __syncthreads();
   for (int64_t j = 0; j < n; ++j) {
-    const float* E = books[j];
-    const float* ee = norms[j];
+    const float* E = books.p[j];
+    const float* ee = norms.p[j];
     float rr = 0.0f;
     for (int64_t q = 0; q < Q; ++q) rr += r[q] * r[q];
     float bd = INFINITY;
@@ -52,48 +64,32 @@ __global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n,
   }
 }
 
-__global__ void rvq_decode_kernel(int64_t Q, int64_t F, int64_t n, const int32_t* codes, const float* const* books,
-                                  float* y) {
+__global__ void rvq_decode_kernel(int64_t Q, int64_t F, int64_t n, const int32_t* codes, Books books, float* y) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= Q * F) return;
   const int64_t q = idx / F, f = idx % F;
   float acc = 0.0f;
-  for (int64_t j = 0; j < n; ++j) acc += books[j][int64_t(codes[j * F + f]) * Q + q];
+  for (int64_t j = 0; j < n; ++j) acc += books.p[j][int64_t(codes[j * F + f]) * Q + q];
   y[idx] = acc;
 }
-
-// A device copy of an array of device pointers.
-struct PtrArray {
-  const float** d = nullptr;
-  explicit PtrArray(const float* const* host, int64_t n) {
-    void* p = nullptr;
-    check(gpuMalloc(&p, size_t(n) * sizeof(float*) + 1), "pointer array");
-    d = static_cast<const float**>(p);
-    check(gpuMemcpy(d, host, size_t(n) * sizeof(float*), gpuMemcpyHostToDevice), "pointer array");
-  }
-  ~PtrArray() { (void)gpuFree(d); }
-};
 
 }  // namespace
 
 void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x, const float* const* codebooks,
                 const float* const* sq_norms, int32_t* codes) {
   if (F <= 0 || n <= 0) return;
-  PtrArray books(codebooks, n), norms(sq_norms, n);
   const size_t shared = size_t(Q + 1 + 2 * kThreads) * sizeof(float);
-  rvq_encode_kernel<<<unsigned(F), kThreads, shared>>>(Q, F, bins, n, x, books.d, norms.d, codes);
+  rvq_encode_kernel<<<unsigned(F), kThreads, shared>>>(Q, F, bins, n, x, books_arg(codebooks, n),
+                                                       books_arg(sq_norms, n), codes);
   check_launch("rvq_encode");
-  synchronize();  // the pointer arrays are freed on return
 }
 
 void rvq_decode(int64_t Q, int64_t F, int64_t bins, int64_t n, const int32_t* codes, const float* const* codebooks,
                 float* y) {
   (void)bins;
   if (Q * F <= 0) return;
-  PtrArray books(codebooks, n);
-  rvq_decode_kernel<<<blocks_for(Q * F), kThreads>>>(Q, F, n, codes, books.d, y);
+  rvq_decode_kernel<<<blocks_for(Q * F), kThreads>>>(Q, F, n, codes, books_arg(codebooks, n), y);
   check_launch("rvq_decode");
-  synchronize();
 }
 
 }  // namespace mimi::gpu
