@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU, one command: build with CUDA (or use a carried build-gpu/),
+# On a machine with an NVIDIA GPU, one command: build with CUDA (or use the prebuilt binaries of
+# scripts/gpu-bundle.sh, carried as .gpu-bundle/, where the machine lacks the build deps),
 # run every GPU kernel against the naive CPU references, run the golden suite on the GPU, then
 # time encode/decode (10 s inputs, batch 1 and 64, streaming per-frame latency) and, where
 # python3 has transformers' MimiModel, HF's float32 MimiModel on the same weights and lengths.
@@ -8,26 +9,41 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${MIMI_GPU_BUILD:-build-gpu}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
-if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ]; then
-  bash scripts/install-deps.sh >/dev/null 2>&1 || true
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null &&
-    cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden || exit 1
+export MIMI_TEST_DATA_DIR="$PWD/tests/data"
+if [ -x .gpu-bundle/mimi ]; then
+  # prebuilt by scripts/gpu-bundle.sh: run through the bundled loader and libraries (the
+  # driver's libcuda still comes from this machine's library path)
+  echo "gpu-check: using the prebuilt .gpu-bundle"
+  libs="$PWD/.gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64:/usr/lib64"
+  run_bin() { "$PWD/.gpu-bundle/lib/ld-linux-x86-64.so.2" --library-path "$libs" "$PWD/.gpu-bundle/$1" "${@:2}"; }
+else
+  if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ]; then
+    bash scripts/install-deps.sh >/dev/null 2>&1 || true
+    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null &&
+      cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden || exit 1
+  fi
+  run_bin() {
+    case "$1" in
+      mimi) "$B/mimi" "${@:2}" ;;
+      *) "$B/tests/$1" "${@:2}" ;;
+    esac
+  }
 fi
 status=0
 note() { [ "$status" -eq 0 ] && status=$1; }
 echo "== GPU kernels vs the naive CPU references"
-"$B/tests/test_gpu_kernels"; rc_k=$?; [ $rc_k -ne 0 ] && note $rc_k
+run_bin test_gpu_kernels; rc_k=$?; [ $rc_k -ne 0 ] && note $rc_k
 echo "== golden suite on the GPU"
-(cd "$B/tests" && ./test_golden "--test-case=golden gpu"); rc_g=$?; [ $rc_g -ne 0 ] && note $rc_g
+run_bin test_golden "--test-case=golden gpu"; rc_g=$?; [ $rc_g -ne 0 ] && note $rc_g
 W=$(mktemp -d)
-"$B/mimi" gen-weights --config full --dialect hf -o "$W/model.safetensors" -q
+run_bin mimi gen-weights --config full --dialect hf -o "$W/model.safetensors" -q
 echo "== mimi bench (full-size PRNG weights, n_q 8)"
-"$B/mimi" bench --device cuda --weights "$W/model.safetensors" --seconds 10,60 --runs 5 --latency-frames 250 |
+run_bin mimi bench --device cuda --weights "$W/model.safetensors" --seconds 10,60 --runs 5 --latency-frames 250 |
   tee "$W/b1.txt"
-"$B/mimi" bench --device cuda --weights "$W/model.safetensors" --seconds 10 --runs 2 --batch 64 --latency-frames 0 |
+run_bin mimi bench --device cuda --weights "$W/model.safetensors" --seconds 10 --runs 2 --batch 64 --latency-frames 0 |
   tee "$W/b64.txt"
-"$B/mimi" bench --device cpu --weights "$W/model.safetensors" --seconds 10 --runs 3 --latency-frames 0 | tee "$W/cpu.txt"
+run_bin mimi bench --device cpu --weights "$W/model.safetensors" --seconds 10 --runs 3 --latency-frames 0 | tee "$W/cpu.txt"
 hf=""
 if python3 -c "from transformers import MimiModel" 2>/dev/null; then
   echo "== HF transformers MimiModel (float32) on the same weights"

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -12,7 +13,12 @@
 
 namespace mimi::test {
 
-std::string data_dir() { return MIMI_TEST_DATA_DIR; }
+// The copy of the golden data: $MIMI_TEST_DATA_DIR (test binaries run from elsewhere, e.g. a
+// prebuilt bundle on a GPU machine), else the source tree's tests/data.
+std::string data_dir() {
+  const char* env = std::getenv("MIMI_TEST_DATA_DIR");
+  return env && *env ? env : MIMI_TEST_DATA_DIR;
+}
 
 std::vector<std::string> case_files(const std::string& config) {
   std::vector<std::string> out;

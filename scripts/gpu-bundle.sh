@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries here (sm_90 for the H100/H200 unless CUDAARCHS says otherwise) and
+# packs them into .gpu-bundle/ with every shared library they load, the dynamic loader and glibc
+# included, so they run on a GPU machine whose image lacks this project's Debian packages and
+# cannot fetch them. scripts/gpu-check.sh uses the bundle when it is there (carry .gpu-bundle).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null
+cmake --build build-gpu -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels test_golden
+rm -rf .gpu-bundle
+mkdir -p .gpu-bundle/lib
+cp build-gpu/mimi build-gpu/tests/test_gpu_kernels build-gpu/tests/test_golden .gpu-bundle/
+for b in .gpu-bundle/mimi .gpu-bundle/test_gpu_kernels .gpu-bundle/test_golden; do
+  ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'
+done | sort -u | while read -r lib; do cp -L "$lib" .gpu-bundle/lib/; done
+# glibc's compatibility stubs, which the GPU driver's libcuda links against: with the bundled
+# libc they must be the bundled glibc's too, not the machine's
+for stub in libdl.so.2 libpthread.so.0 librt.so.1; do
+  cp -L "$(dirname "$(ldd .gpu-bundle/mimi | awk '$1 == "libc.so.6" {print $3}')")/$stub" .gpu-bundle/lib/
+done
+grep -qx '/.gpu-bundle/' .git/info/exclude 2>/dev/null || echo '/.gpu-bundle/' >> .git/info/exclude
+du -sh .gpu-bundle
