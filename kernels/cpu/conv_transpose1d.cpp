@@ -31,13 +31,16 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
   thread_local std::vector<float> A_store;  // grow-only
   if (A_store.size() < size_t(S * Cout * m * Cin)) A_store.resize(size_t(S * Cout * m * Cin));
   float* A = A_store.data();  // (thread_local: name it here, workers have their own)
-  for (int64_t r = 0; r < S; ++r)
-    for (int64_t co = 0; co < Cout; ++co)
+  parallel_for(S * Cout, 16, [&](int64_t b, int64_t e) {  // up to 1.5M floats (512 -> 256, K 12)
+    for (int64_t rc = b; rc < e; ++rc) {
+      const int64_t r = rc / Cout, co = rc % Cout;
       for (int64_t j = 0; j < m; ++j) {
-        float* dst = A + ((r * Cout + co) * m + j) * Cin;
+        float* dst = A + (rc * m + j) * Cin;
         const int64_t k = r + j * S;
         for (int64_t ci = 0; ci < Cin; ++ci) dst[ci] = k < K ? w[(ci * Cout + co) * K + k] : 0.0f;
       }
+    }
+  });
   const int64_t cols = (T_out + S - 1) / S;  // phase-0 columns; other phases have as many or one less
   const int64_t tiles = (cols + kPolyTile - 1) / kPolyTile;
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
