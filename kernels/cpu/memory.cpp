@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "kernels/cpu/threads.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -23,8 +24,12 @@ int32_t* alloc_i32(size_t n) { return static_cast<int32_t*>(zeroed(n * sizeof(in
 void release(void* p) { std::free(p); }
 
 void copy2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t rows) {
-  if (width <= 0) return;
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * dpitch, src + r * spitch, size_t(width) * sizeof(float));
+  if (width <= 0 || rows <= 0) return;
+  // split big copies (a sub-chunk's 128 x 7680 activation) across threads, in whole rows
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / width);
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(dst + r * dpitch, src + r * spitch, size_t(width) * sizeof(float));
+  });
 }
 
 void add2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t rows) {
