@@ -69,15 +69,14 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
           std::fill(dst + hi, dst + n, 0.0f);
         }
       out.resize(size_t(S * Cout * n));  // [(r, co), tt]
-      for (int64_t r = 0; r < S; ++r)
-        for (int64_t co = 0; co < Cout; ++co) std::fill_n(out.data() + (r * Cout + co) * n, n, bias ? bias[co] : 0.0f);
-      gemm_serial_rows(S * Cout, n, m * Cin, A, m * Cin, rows.data(), out.data(), n, true);
-      for (int64_t r = 0; r < S; ++r) {
+      gemm_serial_rows(S * Cout, n, m * Cin, A, m * Cin, rows.data(), out.data(), n, false);
+      for (int64_t r = 0; r < S; ++r) {  // interleave the phases into y, adding the bias
         const int64_t nr = std::min(n, (T_out - r + S - 1) / S - t0);  // columns of this phase
         for (int64_t co = 0; co < Cout && nr > 0; ++co) {
           float* yr = y + co * T_out + t0 * S + r;
           const float* o = out.data() + (r * Cout + co) * n;
-          for (int64_t tt = 0; tt < nr; ++tt) yr[tt * S] = o[tt];
+          const float b = bias ? bias[co] : 0.0f;
+          for (int64_t tt = 0; tt < nr; ++tt) yr[tt * S] = o[tt] + b;
         }
       }
     }
