@@ -70,6 +70,31 @@ void expect_equal(const std::vector<float>& got, const std::vector<float>& ref) 
 
 }  // namespace
 
+TEST_CASE("gemm: B given by row pointers (packed and in-place paths) vs ref") {
+  Rng r(41);
+  // M <= 64 and a multiple of 8 reads B in place; N not a multiple of 32 adds a packed ragged
+  // part; K > 256 spans several K blocks (accumulation across them)
+  for (auto [M, N, K] : {std::array<int64_t, 3>{8, 32, 5}, {32, 100, 192}, {64, 256, 600}, {72, 70, 300},
+                         {16, 31, 17}, {1, 40, 3}}) {
+    CAPTURE(M); CAPTURE(N); CAPTURE(K);
+    const int64_t ldb = N + 13;  // rows scattered in a wider buffer, in a shuffled order
+    auto A = int_vec(size_t(M * K), r), Bbuf = int_vec(size_t(K * ldb), r), C0 = int_vec(size_t(M * N), r);
+    std::vector<const float*> rows(static_cast<size_t>(K));
+    std::vector<float> B(size_t(K * N));
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t src = (k * 7 + 3) % K;  // a permutation of the rows (K, 7 coprime for these K)
+      rows[size_t(k)] = Bbuf.data() + src * ldb + 5 % (ldb - N + 1);
+      std::copy_n(rows[size_t(k)], N, B.begin() + k * N);
+    }
+    for (bool acc : {false, true}) {
+      std::vector<float> want = C0, got = C0;
+      ref::gemm(M, N, K, A.data(), K, B.data(), N, want.data(), N, acc);
+      cpu::gemm_serial_rows(M, N, K, A.data(), K, rows.data(), got.data(), N, acc);
+      expect_equal(got, want);
+    }
+  }
+}
+
 TEST_CASE("gemm: cpu vs ref") {
   struct Case { int64_t M, N, K, pad; bool acc; };
   const Case cases[] = {{1, 1, 1, 0, false}, {1, 1, 1, 3, true},  {7, 33, 5, 0, false},  {6, 32, 256, 1, false},
