@@ -74,8 +74,9 @@ void deinterleave(const Conv1dShape& s, const float* x, const float* ctx, int64_
     float* pc = ph + ci * S * V;
     for (int64_t v = 0; v < V; ++v)
       for (int64_t r = 0; r < S; ++r) {
-        const int64_t pos = base + v * S + r;  // past the end only for phases no tap reads there
-        pc[r * V + v] = pos < 0 ? left_of(s, xr, cr, pos) : pos < Tin ? xr[pos] : 0.0f;
+        // before -P or past the end: positions of phases that no tap reads there
+        const int64_t pos = base + v * S + r;
+        pc[r * V + v] = pos < -P ? 0.0f : pos < 0 ? left_of(s, xr, cr, pos) : pos < Tin ? xr[pos] : 0.0f;
       }
     if (s.elu_input) elu_serial(S * V, pc, pc);
     for (int64_t k = 0; k < K; ++k) {
