@@ -27,7 +27,8 @@ void set_shape(Buffer& b, Shape s) {
 }
 
 // Allocates a conv's stream state: its context, [Cin, P] (nothing when P = 0).
-void init_state(const Kernels& k, ConvState& st, int64_t Cin, int64_t P) {
+void init_state(const Kernels& k, ConvState& st, const Conv& c) {
+  const int64_t Cin = c.shape.in_channels, P = c.shape.context();
   if (P <= 0) return;
   st.hist.allocate(k, {Cin, P});
   st.next.allocate(k, {Cin, P});
@@ -252,7 +253,8 @@ void init_state(const Kernels& k, ConvTrState& st, const ConvTr& c) {
 }
 
 // A device buffer's contents in host memory (the buffer itself for host backends).
-const Buffer& host_copy(const Kernels& k, const Buffer& b, std::map<std::string, Buffer>& copies, const std::string& name) {
+const Buffer& host_copy(const Kernels& k, const Buffer& b, std::map<std::string, Buffer>& copies,
+                        const std::string& name) {
   if (k.host_memory) return b;
   Buffer& h = copies[name];
   if (h.capacity() < b.capacity()) h.allocate(kernels_for(Device{}), {b.capacity()});
@@ -276,18 +278,17 @@ SeanetSplit seanet_split(const Model& m) {
   constexpr int64_t kFloatsPerFrame = 65536, kSubFrames = 16;
   SeanetSplit sp;
   sp.sub_frames = kSubFrames;
-  const int64_t tau = kFloatsPerFrame;
   int64_t per_frame = m.cfg.frame_size();  // samples per frame at the current stage's rate
   for (const EncoderStage& st : m.enc) {    // input of block b: in_channels of its first conv
     const int64_t C = st.res.empty() ? st.down.shape.in_channels : st.res.front().conv1.shape.in_channels;
-    if (C * per_frame < tau) break;
+    if (C * per_frame < kFloatsPerFrame) break;
     ++sp.enc_head;
     per_frame /= st.down.shape.stride;
   }
   per_frame = m.cfg.frame_size();
   sp.dec_tail = m.dec.size();
   for (size_t b = m.dec.size(); b-- > 0;) {  // output of block b
-    if (m.dec[b].up.shape.out_channels * per_frame < tau) break;
+    if (m.dec[b].up.shape.out_channels * per_frame < kFloatsPerFrame) break;
     sp.dec_tail = b;
     per_frame /= m.dec[b].up.shape.stride;
   }
@@ -328,18 +329,16 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(max_frames));
   codes_.reserve(size_t(n_q) * size_t(max_frames));
   // stream state
-  init_state(k_, conv_in_, m.enc_in.shape.in_channels, m.enc_in.shape.context());
+  init_state(k_, conv_in_, m.enc_in);
   res_.resize(m.enc.size() * size_t(c.n_residual_layers));
   stride_.resize(m.enc.size());
   for (size_t b = 0; b < m.enc.size(); ++b) {
-    for (size_t i = 0; i < m.enc[b].res.size(); ++i) {
-      const Conv1dShape& c1 = m.enc[b].res[i].conv1.shape;
-      init_state(k_, res_[b * m.enc[b].res.size() + i], c1.in_channels, c1.context());
-    }
-    init_state(k_, stride_[b], m.enc[b].down.shape.in_channels, m.enc[b].down.shape.context());
+    for (size_t i = 0; i < m.enc[b].res.size(); ++i)
+      init_state(k_, res_[b * m.enc[b].res.size() + i], m.enc[b].res[i].conv1);
+    init_state(k_, stride_[b], m.enc[b].down);
   }
-  init_state(k_, conv_out_, m.enc_out.shape.in_channels, m.enc_out.shape.context());
-  init_state(k_, down_, m.downsample.shape.in_channels, m.downsample.shape.context());
+  init_state(k_, conv_out_, m.enc_out);
+  init_state(k_, down_, m.downsample);
   init_state(k_, tf_, c, m.enc_tf.size());
   reset();
 }
@@ -487,20 +486,17 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   upsampled_.allocate(k_, {c.dimension, T25});
   tf_out_.allocate(k_, {c.dimension, T25});
   output_.allocate(k_, {1, T});
-  if (!k_.host_memory) output_host_.allocate(kernels_for(Device{}), {1, T});
   // stream state
   init_state(k_, up_, m.upsample);
-  init_state(k_, conv_in_, m.dec_in.shape.in_channels, m.dec_in.shape.context());
+  init_state(k_, conv_in_, m.dec_in);
   convtr_.resize(m.dec.size());
   res_.resize(m.dec.size() * size_t(c.n_residual_layers));
   for (size_t b = 0; b < m.dec.size(); ++b) {
     init_state(k_, convtr_[b], m.dec[b].up);
-    for (size_t i = 0; i < m.dec[b].res.size(); ++i) {
-      const Conv1dShape& c1 = m.dec[b].res[i].conv1.shape;
-      init_state(k_, res_[b * m.dec[b].res.size() + i], c1.in_channels, c1.context());
-    }
+    for (size_t i = 0; i < m.dec[b].res.size(); ++i)
+      init_state(k_, res_[b * m.dec[b].res.size() + i], m.dec[b].res[i].conv1);
   }
-  init_state(k_, conv_out_, m.dec_out.shape.in_channels, m.dec_out.shape.context());
+  init_state(k_, conv_out_, m.dec_out);
   init_state(k_, tf_, c, m.dec_tf.size());
   reset();
 }
@@ -586,11 +582,9 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
     conv_step(k_, m_.dec_out, conv_out_, tail_.a.ptr(), t, output_.ptr() + f0 * frame_size_, tail_, timer, false,
               /*elu_input=*/true);
   }
-  if (!k_.host_memory) {
-    output_host_.shape = output_.shape;
-    k_.download(output_host_.ptr(), output_.ptr(), size_t(output_.size()));
-  }
 }
+
+const Buffer& DecodePlan::output() const { return host_copy(k_, output_, host_copies_, "output"); }
 
 void DecodePlan::block(size_t b, Scratch& sc, int64_t& C, int64_t& T) {
   const DecoderStage& st = m_.dec[b];
@@ -603,10 +597,10 @@ void DecodePlan::block(size_t b, Scratch& sc, int64_t& C, int64_t& T) {
 }
 
 const Buffer& DecodePlan::stage(const std::string& name) const {
-  if (name == "output") return output();
   const Buffer* b = name == "quantized_latent"          ? &quantized_
                     : name == "upsampled_latent"        ? &upsampled_
                     : name == "decoder_transformer_out" ? &tf_out_
+                    : name == "output"                  ? &output_
                                                         : nullptr;
   if (!b) throw Error(ErrorKind::Usage, "decode plan has no stage '" + name + "'");
   return host_copy(k_, *b, host_copies_, name);

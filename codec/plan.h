@@ -140,8 +140,8 @@ class DecodePlan {
   // Decodes the next `frames` frames: codes [n_q, frames] (row stride `frames`), every value in
   // [0, bins) (checked, throws Error(Input)). Output: frames * frame_size samples.
   void push(const int32_t* codes, int64_t frames);
-  // [1, frames * frame_size] of the last push, in host memory
-  const Buffer& output() const { return k_.host_memory ? output_ : output_host_; }
+  // [1, frames * frame_size] of the last push, in host memory (copied from a device)
+  const Buffer& output() const;
 
   // Whole signal: codes [n_q, max_frames]; run() decodes them from a fresh state.
   void bind_codes(const int32_t* codes);
@@ -163,7 +163,6 @@ class DecodePlan {
   std::vector<int32_t> codes_;          // bind_codes(): [n_q, max_frames], host
   std::shared_ptr<int32_t> codes_dev_;  // the codes of a push on the device
   Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;
-  Buffer output_host_;                  // output_ copied to the host (device plans)
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch tail_;  // the sub-chunked SEANet tail
@@ -173,7 +172,7 @@ class DecodePlan {
   std::vector<ConvState> res_;
   TransformerState tf_;
   Profile* profile_ = nullptr;
-  mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
+  mutable std::map<std::string, Buffer> host_copies_;  // stage() and output() of a device plan
 };
 
 }  // namespace mimi

@@ -1,8 +1,8 @@
 // CPU SEANet residual block, fused per time tile: the tile's input window (with its left
 // context) is ELU'd once, multiplied by W1 (the GEMM packs its im2col rows straight from the
 // window: no im2col copy), ELU'd, multiplied by W2 and added into x while everything is still
-// in cache. Versus the op-by-op version this saves four
-// passes over the activation, which at 24 kHz x 64 channels is 61 MB per 10 s each.
+// in cache. Versus the op-by-op version this saves four passes over the activation, which at
+// 24 kHz x 64 channels is 61 MB per 10 s each.
 // Tiles run in parallel: each takes its left context from a snapshot of the original x made
 // before any tile writes.
 #include <algorithm>
