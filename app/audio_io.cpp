@@ -8,11 +8,17 @@
 #include <filesystem>
 
 #include "app/file_io.h"
+#include "app/pcm_stream.h"
 #include "codec/error.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
-#include <random>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <memory>
 
 namespace mimi::app {
 namespace {
@@ -55,6 +61,15 @@ SF_VIRTUAL_IO vio() { return SF_VIRTUAL_IO{vio_len, vio_seek, vio_read, vio_writ
 
 }  // namespace
 
+void check_layout(int rate, int channels, const std::string& what) {
+  if (channels < 1 || channels > kMaxChannels)
+    throw Error(ErrorKind::Input, what + ": header says " + std::to_string(channels) + " channels (1 to " +
+                                      std::to_string(kMaxChannels) + " supported)");
+  if (rate < kMinSampleRate || rate > kMaxSampleRate)
+    throw Error(ErrorKind::Input, what + ": header says " + std::to_string(rate) + " Hz (supported: " +
+                                      std::to_string(kMinSampleRate) + " to " + std::to_string(kMaxSampleRate) + " Hz)");
+}
+
 AudioInfo probe_audio(const std::vector<uint8_t>& bytes, const std::string& what) {
   MemFile m;
   m.in = &bytes;
@@ -63,6 +78,7 @@ AudioInfo probe_audio(const std::vector<uint8_t>& bytes, const std::string& what
   SNDFILE* f = sf_open_virtual(&io, SFM_READ, &info, &m);
   if (!f) throw Error(ErrorKind::Input, what + ": cannot read audio: " + sf_strerror(nullptr));
   sf_close(f);
+  check_layout(info.samplerate, info.channels, what);
   return {info.samplerate, info.channels, int64_t(info.frames)};
 }
 
@@ -75,16 +91,56 @@ AudioContainer container_for(const std::string& path) {
 }
 
 struct AudioReader::Impl {
-  std::vector<uint8_t> bytes;  // stdin
+  std::vector<uint8_t> bytes;  // stdin, not WAV
   MemFile mem;
   SF_VIRTUAL_IO io{};
   SNDFILE* f = nullptr;
+  std::unique_ptr<PcmReader> pcm;  // stdin, WAV
+  int64_t got = 0;
+  int fd = -1;  // a FIFO or device we opened
+  std::string what, truncated;
 };
 
 AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
+  std::unique_ptr<Impl> guard(impl_);
+  impl_->what = path == "-" ? "stdin" : path;
+  const std::string& what = impl_->what;
   SF_INFO info{};
-  if (path == "-") {
-    impl_->bytes = read_input(path);
+  struct stat st{};
+  int fd = 0;
+  if (path != "-") {
+    if (::stat(path.c_str(), &st) != 0) throw Error(ErrorKind::Input, path + ": cannot open: " + std::strerror(errno));
+    if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Input, path + ": is a directory");
+    if (S_ISREG(st.st_mode) && st.st_size == 0) throw Error(ErrorKind::Input, path + ": is empty (no audio)");
+  }
+  if (path == "-" || !S_ISREG(st.st_mode)) {  // stdin, a FIFO, a device: read as it comes
+    if (path != "-") {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw Error(ErrorKind::Input, path + ": cannot open: " + std::strerror(errno));
+      impl_->fd = fd;
+    }
+    std::vector<uint8_t> head(12);
+    head.resize(read_some(fd, head.data(), head.size(), true, what));
+    if (head.empty()) throw Error(ErrorKind::Input, what + ": is empty (no audio)");
+    if (looks_like_wav(head.data(), head.size())) {
+      impl_->pcm = std::make_unique<PcmReader>(fd, what, head);
+      impl_->pcm->read_wav_header();
+      const PcmLayout& l = impl_->pcm->layout();
+      rate_ = l.rate;
+      channels_ = l.channels;
+      frames_ = std::max<int64_t>(impl_->pcm->declared_frames(), 0);
+      guard.release();
+      return;
+    }
+    impl_->bytes = std::move(head);  // other formats: libsndfile seeks, so from memory
+    for (uint8_t buf[1 << 16];;) {
+      const size_t n = read_some(fd, buf, sizeof buf, false, what);
+      if (n == 0) break;
+      if (impl_->bytes.size() + n > kMaxStreamedInputBytes)
+        throw Error(ErrorKind::Input, what + ": more than " + std::to_string(kMaxStreamedInputBytes >> 30) +
+                                          " GiB of non-WAV audio from a stream (send WAV to stream it)");
+      impl_->bytes.insert(impl_->bytes.end(), buf, buf + n);
+    }
     impl_->mem.in = &impl_->bytes;
     impl_->io = vio();
     impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->mem);
@@ -92,30 +148,98 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
     impl_->f = sf_open(path.c_str(), SFM_READ, &info);
   }
   if (!impl_->f) {
-    const std::string err = sf_strerror(nullptr);
-    delete impl_;
-    throw Error(ErrorKind::Input, path + ": cannot read audio: " + err);
+    std::string why = sf_strerror(nullptr);
+    if (path != "-" && S_ISREG(st.st_mode)) {  // a WAV libsndfile refuses: say what in its header is wrong
+      const int wfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (wfd >= 0) {
+        try {
+          PcmReader probe(wfd, what);
+          probe.read_wav_header();
+        } catch (const Error& e) {
+          why = e.what();
+          why = why.substr(std::min(why.size(), what.size() + 2));
+        } catch (...) {
+        }
+        ::close(wfd);
+      }
+    }
+    throw Error(ErrorKind::Input, what + ": cannot read audio: " + why);
   }
   rate_ = info.samplerate;
   channels_ = info.channels;
   frames_ = info.frames > 0 && info.frames < SF_COUNT_MAX ? int64_t(info.frames) : 0;
-  if (rate_ <= 0 || channels_ <= 0) {
+  try {
+    check_layout(rate_, channels_, what);
+  } catch (...) {
     sf_close(impl_->f);
-    delete impl_;
-    throw Error(ErrorKind::Input, path + ": bad sample rate or channel count");
+    throw;
   }
+  // libsndfile reads a file shorter than its header says up to its end, noting it in its log as
+  // "data : 48000 (should be 20000)": keep that for shortfall().
+  char log[4096] = {0};
+  sf_command(impl_->f, SFC_GET_LOG_INFO, log, sizeof log - 1);
+  const std::string l(log);
+  for (size_t at = 0; (at = l.find("data", at)) != std::string::npos; at += 4) {
+    const size_t eol = l.find('\n', at), sb = l.find("(should be", at);
+    if (sb != std::string::npos && sb < eol && (at == 0 || l[at - 1] == '\n')) {
+      impl_->truncated = "truncated: the header's data size is " + l.substr(l.find(':', at) + 2, sb - l.find(':', at) - 3) +
+                         " bytes, the file holds " + l.substr(sb + 11, l.find(')', sb) - sb - 11);
+      break;
+    }
+  }
+  guard.release();
 }
 
 AudioReader::~AudioReader() {
-  sf_close(impl_->f);
+  if (impl_->f) sf_close(impl_->f);
+  if (impl_->fd > 0) ::close(impl_->fd);
   delete impl_;
 }
 
 int64_t AudioReader::read(std::vector<float>& out, int64_t frames) {
+  if (impl_->pcm) {
+    const int64_t got = impl_->pcm->read(out, frames, true);
+    impl_->got += got;
+    return got;
+  }
   out.resize(size_t(frames * channels_));
   const sf_count_t got = sf_readf_float(impl_->f, out.data(), frames);
   out.resize(size_t(std::max<sf_count_t>(got, 0) * channels_));
+  impl_->got += std::max<sf_count_t>(got, 0);
   return got > 0 ? got : 0;
+}
+
+std::string AudioReader::shortfall() const {
+  if (!impl_->truncated.empty()) return impl_->truncated;
+  if (frames_ > 0 && impl_->got < frames_)
+    return "truncated: the header promises " + std::to_string(frames_) + " frames, the file holds " +
+           std::to_string(impl_->got);
+  if (impl_->pcm && impl_->pcm->dropped_bytes())
+    return "the stream ends inside a sample frame (" + std::to_string(impl_->pcm->dropped_bytes()) + " bytes dropped)";
+  return "";
+}
+
+void downmix(const float* x, int64_t frames, int channels, int channel, float* mono, int64_t first_frame, int rate,
+             const std::string& what) {
+  for (int64_t i = 0; i < frames; ++i) {
+    const float* f = x + i * channels;
+    float s = 0.0f;
+    bool ok = true;
+    for (int c = 0; c < channels; ++c) {
+      ok &= std::fabs(f[c]) <= kMaxAbsSample;  // false for NaN too
+      s += f[c];
+    }
+    if (!ok) {
+      int c = 0;
+      while (std::fabs(f[c]) <= kMaxAbsSample) ++c;
+      const std::string kind = std::isnan(f[c]) ? "NaN" : std::isinf(f[c]) ? "infinite" : "out of range (" + std::to_string(f[c]) + ")";
+      char at[64];
+      std::snprintf(at, sizeof at, "%.3f", double(first_frame + i) / rate);
+      throw Error(ErrorKind::Input, what + ": sample " + std::to_string(first_frame + i) + " (" + at + " s), channel " +
+                                        std::to_string(c) + " is " + kind + "; audio samples must be finite");
+    }
+    mono[i] = channel >= 0 ? f[channel] : s / float(channels);
+  }
 }
 
 StreamResampler::StreamResampler(int from, int to) {
@@ -147,84 +271,140 @@ void StreamResampler::process(const float* in, size_t n, std::vector<float>& out
   }
 }
 
+namespace {
+
+// libsndfile virtual I/O straight onto an OutputFile's descriptor: every write error is recorded
+// in the OutputFile (libsndfile drops some, e.g. in the final flush of FLAC/OGG), and a
+// non-seekable output accepts only "seeks" to where it already is.
+struct FdSink {
+  OutputFile* out;
+  sf_count_t pos = 0, len = 0;
+};
+sf_count_t fd_len(void* u) { return static_cast<FdSink*>(u)->len; }
+sf_count_t fd_seek(sf_count_t off, int whence, void* u) {
+  auto* s = static_cast<FdSink*>(u);
+  const sf_count_t p = whence == SEEK_SET ? off : whence == SEEK_CUR ? s->pos + off : s->len + off;
+  if (p == s->pos) return p;
+  if (!s->out->seekable() || p < 0 || ::lseek(s->out->fd(), off_t(p), SEEK_SET) < 0) return -1;
+  s->pos = p;
+  return p;
+}
+sf_count_t fd_read(void* dst, sf_count_t n, void* u) {
+  auto* s = static_cast<FdSink*>(u);
+  if (!s->out->seekable()) return 0;
+  const ssize_t r = ::read(s->out->fd(), dst, size_t(n));
+  if (r <= 0) return 0;
+  s->pos += r;
+  return r;
+}
+sf_count_t fd_write(const void* src, sf_count_t n, void* u) {
+  auto* s = static_cast<FdSink*>(u);
+  const auto* p = static_cast<const uint8_t*>(src);
+  sf_count_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(s->out->fd(), p + done, size_t(n - done));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      s->out->fail(errno);
+      break;
+    }
+    done += w;
+  }
+  s->pos += done;
+  s->len = std::max(s->len, s->pos);
+  return done;
+}
+sf_count_t fd_tell(void* u) { return static_cast<FdSink*>(u)->pos; }
+
+// A WAV header for a stream: sizes exact when the sample count is known and fits, else the
+// "unknown length" 0xFFFFFFFF that libsndfile, ffmpeg and sox read to the end of the data.
+std::vector<uint8_t> wav_stream_header(int rate, SampleFormat fmt, int64_t samples) {
+  const uint16_t bytes = fmt == SampleFormat::S16 ? 2 : fmt == SampleFormat::S24 ? 3 : 4;
+  const uint64_t data = samples >= 0 ? uint64_t(samples) * bytes : UINT64_MAX;
+  const uint32_t data32 = data > 0xFFFFFFFFull - 36 ? 0xFFFFFFFFu : uint32_t(data);
+  const uint32_t riff32 = data32 == 0xFFFFFFFFu ? 0xFFFFFFFFu : data32 + 36;
+  std::vector<uint8_t> h;
+  auto u32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) h.push_back(uint8_t(v >> (8 * i))); };
+  auto u16 = [&](uint16_t v) { h.push_back(uint8_t(v)); h.push_back(uint8_t(v >> 8)); };
+  auto tag = [&](const char* t) { h.insert(h.end(), t, t + 4); };
+  tag("RIFF"); u32(riff32); tag("WAVE");
+  tag("fmt "); u32(16); u16(fmt == SampleFormat::F32 ? 3 : 1); u16(1); u32(uint32_t(rate));
+  u32(uint32_t(rate) * bytes); u16(bytes); u16(uint16_t(8 * bytes));
+  tag("data"); u32(data32);
+  return h;
+}
+
+}  // namespace
+
 struct AudioWriter::Impl {
-  std::string path, tmp;
-  bool force = false;
-  std::vector<uint8_t> mem;
-  MemFile mf;
-  SF_VIRTUAL_IO io{};
+  std::unique_ptr<OutputFile> out;
+  FdSink sink{nullptr};
+  SF_VIRTUAL_IO io{fd_len, fd_seek, fd_read, fd_write, fd_tell};
   SNDFILE* f = nullptr;
+  int64_t written = 0, wav_limit = INT64_MAX;
 };
 
-AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bool force) : impl_(new Impl) {
-  impl_->path = path;
-  impl_->force = force;
-  SF_INFO info{};
-  info.samplerate = rate;
-  info.channels = 1;
+AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bool force, int64_t expected_samples,
+                         int64_t max_samples)
+    : impl_(new Impl) {
+  std::unique_ptr<Impl> guard(impl_);
   const AudioContainer container = path == "-" ? AudioContainer::Wav : container_for(path);
   int sub = fmt == SampleFormat::S16 ? SF_FORMAT_PCM_16 : fmt == SampleFormat::S24 ? SF_FORMAT_PCM_24 : SF_FORMAT_FLOAT;
-  int major = SF_FORMAT_WAV;
+  // Plain WAV (PCM tag, what every reader takes) unless the output may pass the 4 GiB that RIFF
+  // sizes can count: then RF64. An output of unknown size that outgrows WAV fails in write().
+  const int64_t bytes_per = fmt == SampleFormat::S16 ? 2 : fmt == SampleFormat::S24 ? 3 : 4;
+  const bool big = max_samples > (int64_t(0xFFFFFFFF) - (1 << 20)) / bytes_per;
+  int major = big ? SF_FORMAT_RF64 : SF_FORMAT_WAV;
+  impl_->wav_limit = major == SF_FORMAT_WAV ? (int64_t(0xFFFFFFFF) - (1 << 20)) / bytes_per : INT64_MAX;
   if (container == AudioContainer::Flac) {
     major = SF_FORMAT_FLAC;
-    if (fmt == SampleFormat::F32) {
-      delete impl_;
-      throw Error(ErrorKind::Usage, "FLAC cannot hold float samples (use s16 or s24)");
-    }
+    if (fmt == SampleFormat::F32) throw Error(ErrorKind::Usage, "FLAC cannot hold float samples (use s16 or s24)");
   } else if (container == AudioContainer::Ogg) {
     major = SF_FORMAT_OGG;
     sub = SF_FORMAT_VORBIS;
   }
+  impl_->out = std::make_unique<OutputFile>(path, force);
+  impl_->sink.out = impl_->out.get();
+  const bool stream = !impl_->out->seekable();
+  if (stream) {
+    if (container != AudioContainer::Wav)
+      throw Error(ErrorKind::Usage, path + ": FLAC and OGG need a regular output file; write WAV to pipes and devices");
+    const std::vector<uint8_t> h = wav_stream_header(rate, fmt, expected_samples);
+    impl_->out->write(h.data(), h.size());
+    major = SF_FORMAT_RAW;  // libsndfile converts and clips the samples; the header is ours
+    impl_->wav_limit = INT64_MAX;  // past 4 GiB the header says "unknown length", still valid
+  }
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = 1;
   info.format = major | sub;
-  if (path == "-") {
-    impl_->mf.out = &impl_->mem;
-    impl_->io = vio();
-    impl_->f = sf_open_virtual(&impl_->io, SFM_WRITE, &info, &impl_->mf);
-  } else {
-    if (!force && std::filesystem::exists(path)) {
-      delete impl_;
-      throw Error(ErrorKind::Output, path + ": exists (use --force to overwrite)");
-    }
-    const std::filesystem::path target(path);
-    const auto dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    std::random_device rd;
-    impl_->tmp = (dir / ("." + target.filename().string() + ".tmp" + std::to_string(rd() % 1000000))).string();
-    impl_->f = sf_open(impl_->tmp.c_str(), SFM_WRITE, &info);
-  }
-  if (!impl_->f) {
-    const std::string err = sf_strerror(nullptr);
-    delete impl_;
-    throw Error(ErrorKind::Output, path + ": cannot write audio: " + err);
-  }
+  impl_->f = sf_open_virtual(&impl_->io, SFM_WRITE, &info, &impl_->sink);
+  if (!impl_->f) throw Error(ErrorKind::Output, path + ": cannot write audio: " + sf_strerror(nullptr));
   if (fmt != SampleFormat::F32) sf_command(impl_->f, SFC_SET_CLIPPING, nullptr, SF_TRUE);  // clip, don't wrap
+  guard.release();
 }
 
 AudioWriter::~AudioWriter() {
   if (impl_->f) sf_close(impl_->f);
-  if (!impl_->tmp.empty()) ::unlink(impl_->tmp.c_str());  // not finished: leave nothing behind
-  delete impl_;
+  delete impl_;  // an unfinished output's temporary goes with its OutputFile
 }
 
 void AudioWriter::write(const float* mono, int64_t n) {
-  if (n > 0 && sf_writef_float(impl_->f, mono, n) != n) throw Error(ErrorKind::Output, impl_->path + ": write failed");
+  if ((impl_->written += n) > impl_->wav_limit)
+    throw Error(ErrorKind::Output, impl_->out->path() + ": more than 4 GiB of samples for a WAV file (write s16 or FLAC)");
+  if (n > 0 && sf_writef_float(impl_->f, mono, n) != n) {
+    const int e = impl_->out->error();
+    throw Error(ErrorKind::Output, (impl_->out->path() == "-" ? std::string("stdout") : impl_->out->path()) +
+                                       ": write failed: " + (e ? std::strerror(e) : sf_strerror(impl_->f)));
+  }
 }
 
 uint64_t AudioWriter::finish() {
-  sf_close(impl_->f);
+  const int rc = sf_close(impl_->f);
   impl_->f = nullptr;
-  if (impl_->path == "-") {
-    write_output("-", impl_->mem, true);
-    return impl_->mem.size();
-  }
-  if (!impl_->force && std::filesystem::exists(impl_->path))
-    throw Error(ErrorKind::Output, impl_->path + ": exists (use --force to overwrite)");
-  const uint64_t bytes = std::filesystem::file_size(impl_->tmp);
-  if (::rename(impl_->tmp.c_str(), impl_->path.c_str()) != 0)
-    throw Error(ErrorKind::Output, impl_->path + ": cannot rename into place: " + std::strerror(errno));
-  impl_->tmp.clear();
-  return bytes;
+  if (rc != 0) impl_->out->fail(EIO);
+  impl_->out->commit();  // fails with any write error recorded on the way
+  return uint64_t(impl_->sink.len) + (impl_->out->seekable() ? 0 : 44);
 }
 
 }  // namespace mimi::app

@@ -8,6 +8,11 @@
 
 namespace mimi::app {
 
+// What an input may declare: anything outside is a malformed header, not a recording.
+constexpr int kMinSampleRate = 1000, kMaxSampleRate = 768000, kMaxChannels = 256;
+// Largest magnitude of an input sample: float files may exceed full scale a little, never by 60 dB.
+constexpr float kMaxAbsSample = 1000.0f;
+
 struct AudioInfo {
   int sample_rate = 0, channels = 0;
   int64_t frames = 0;
@@ -15,7 +20,8 @@ struct AudioInfo {
 // The header of an audio file held in memory (nothing is decoded). Throws Error(Input).
 AudioInfo probe_audio(const std::vector<uint8_t>& bytes, const std::string& what);
 
-// Reads a file (or "-": all of stdin, then from memory) block by block.
+// Reads a file block by block. "-" (stdin): a WAV stream is read as it arrives (constant memory);
+// other formats are read into memory first (libsndfile needs to seek in them).
 class AudioReader {
  public:
   explicit AudioReader(const std::string& path);
@@ -27,6 +33,8 @@ class AudioReader {
   int64_t frames() const { return frames_; }  // total, as the header says (0 if unknown)
   // Up to `frames` interleaved frames into out (resized); returns the count, 0 at the end.
   int64_t read(std::vector<float>& out, int64_t frames);
+  // After the end: why fewer frames than the header promised came, or "" (a truncated file).
+  std::string shortfall() const;
 
  private:
   struct Impl;
@@ -34,6 +42,12 @@ class AudioReader {
   int rate_ = 0, channels_ = 0;
   int64_t frames_ = 0;
 };
+
+// Interleaved frames -> mono: channel `channel`, or the average of all (-1). A sample that is NaN,
+// infinite or beyond kMaxAbsSample is an input error (Error(Input)) that says where: the frame
+// (first_frame + i), its time at `rate`, and the channel.
+void downmix(const float* interleaved, int64_t frames, int channels, int channel, float* mono, int64_t first_frame,
+             int rate, const std::string& what);
 
 // Streaming band-limited resampler (soxr); a pass-through when the rates are equal.
 class StreamResampler {
@@ -53,11 +67,16 @@ enum class SampleFormat { S16, S24, F32 };
 enum class AudioContainer { Wav, Flac, Ogg };
 AudioContainer container_for(const std::string& path);  // by extension; default WAV
 
-// Writes mono audio block by block: to a temporary file renamed into place by finish() (never a
-// partial file under the final name), or for "-" to memory and then stdout.
+// Writes mono audio block by block through an OutputFile (file_io.h): to a temporary renamed into
+// place by finish() (never a partial file under the final name), or, for "-" and other
+// non-seekable outputs, as a WAV stream (header first, with exact sizes when `expected_samples` is
+// known, else the "unknown length" sizes) in constant memory. A WAV file whose `max_samples` (an
+// upper bound, -1 unknown) may pass 4 GiB is written as RF64. Every write error, including one in
+// the final flush of FLAC/OGG, fails with Error(Output).
 class AudioWriter {
  public:
-  AudioWriter(const std::string& path, int sample_rate, SampleFormat fmt, bool force);
+  AudioWriter(const std::string& path, int sample_rate, SampleFormat fmt, bool force, int64_t expected_samples = -1,
+              int64_t max_samples = -1);
   ~AudioWriter();
   AudioWriter(const AudioWriter&) = delete;
   AudioWriter& operator=(const AudioWriter&) = delete;

@@ -3,7 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -44,16 +46,41 @@ TokenFormat token_format_for(const std::string& flag, const std::string& out_pat
   return TokenFormat::Mimi;
 }
 
-TokenFile read_token_input(const std::string& path, bool recover) {
-  const std::vector<uint8_t> bytes = read_input(path);
-  std::optional<TokenFormat> f = path == "-" ? std::nullopt : format_from_extension(path);
-  if (!f) f = sniff_format(bytes);
-  if (!f) throw Error(ErrorKind::Input, path + ": unknown token file format (use .mimi, .npy, .safetensors or .txt)");
-  TokenFile t = read_tokens(bytes, *f, path, recover);
-  if (!t.complete) spdlog::warn("{}: {}; using the {} good frames", path, t.damage, t.codes.frames);
-  return t;
+// Refuses, from its first bytes, an input that cannot be a token file of the format its name (or
+// failing that, its content) says: /dev/zero or a WAV given to decode fails at once.
+// The magic numbers of the audio containers libsndfile reads (for `info`, which sniffs).
+bool looks_like_audio(const uint8_t* p, size_t n) {
+  static const char* magics[] = {"RIFF", "RF64", "RIFX", "FORM", "fLaC", "OggS", ".snd", "caff", "wvpk", "MThd", "ID3"};
+  for (const char* m : magics)
+    if (n >= std::strlen(m) && std::memcmp(p, m, std::strlen(m)) == 0) return true;
+  return false;
 }
 
+void check_token_prefix(std::optional<TokenFormat> declared, const uint8_t* p, size_t n, const std::string& what) {
+  const std::vector<uint8_t> head(p, p + std::min<size_t>(n, 64));
+  const std::optional<TokenFormat> sniffed = sniff_format(head);
+  if (!declared) {
+    if (!sniffed) throw Error(ErrorKind::Input, what + ": not a token file (.mimi, .npy, .safetensors or text codes)");
+    return;
+  }
+  if (*declared == TokenFormat::Text) {
+    if (std::memchr(p, 0, n)) throw Error(ErrorKind::Input, what + ": binary data, not a text token file");
+  } else if (sniffed != declared) {
+    throw Error(ErrorKind::Input, what + ": not a " + std::string(format_name(*declared)) + " token file (wrong magic bytes)");
+  }
+}
+
+TokenFile read_token_input(const std::string& path, bool recover) {
+  const std::string what = path == "-" ? "stdin" : path;
+  const std::optional<TokenFormat> declared = path == "-" ? std::nullopt : format_from_extension(path);
+  const std::vector<uint8_t> bytes =
+      read_input(path, [&](const uint8_t* p, size_t n) { check_token_prefix(declared, p, n, what); });
+  const std::optional<TokenFormat> f = declared ? declared : sniff_format(bytes);
+  if (!f) throw Error(ErrorKind::Input, what + ": unknown token file format (use .mimi, .npy, .safetensors or .txt)");
+  TokenFile t = read_tokens(bytes, *f, what, recover);
+  if (!t.complete) spdlog::warn("{}: {}; using the {} good frames", what, t.damage, t.codes.frames);
+  return t;
+}
 
 struct EncodedAudio {
   Codes codes;
@@ -80,26 +107,20 @@ EncodedAudio encode_audio(Engine& eng, const std::string& in, int n_q, int chann
     a.compute += now() - c0;
     pcm.clear();
   };
+  const std::string what = in == "-" ? "stdin" : in;
   int64_t got, read_frames = 0;
   while ((got = reader.read(block, 1 << 16)) > 0) {
-    bar.update(read_frames += got);
     mono.resize(size_t(got));
-    for (int64_t i = 0; i < got; ++i) {
-      if (channel >= 0) {
-        mono[size_t(i)] = block[size_t(i * nch + channel)];
-      } else {
-        float s = 0.0f;
-        for (int c = 0; c < nch; ++c) s += block[size_t(i * nch + c)];
-        mono[size_t(i)] = s / float(nch);
-      }
-    }
+    downmix(block.data(), got, nch, channel, mono.data(), read_frames, reader.sample_rate(), what);
+    bar.update(read_frames += got);
     rs.process(mono.data(), mono.size(), pcm);
     feed();
   }
+  if (const std::string s = reader.shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
   rs.process(nullptr, 0, pcm);
   feed();
   bar.finish();
-  if (session.samples() == 0) throw Error(ErrorKind::Input, in + ": no audio samples");
+  if (session.samples() == 0) throw Error(ErrorKind::Input, what + ": no audio samples");
   a.samples = session.samples();
   const double c0 = now();
   a.codes = session.finish();
@@ -141,7 +162,19 @@ Engine& App::engine() {
 }
 
 void App::emit(const nlohmann::json& record) {
-  if (common_.json) std::cout << record.dump() << std::endl;
+  if (!common_.json) return;
+  std::cout << record.dump() << std::endl;
+  if (!std::cout) {  // a full or closed stdout loses the record: that is a failed output
+    std::cout.clear();
+    throw Error(ErrorKind::Output, "stdout: cannot write the --json record");
+  }
+}
+
+void App::emit_error(const std::string& input, const std::string& message) {
+  try {
+    emit({{"input", input}, {"status", "error"}, {"error", message}});
+  } catch (const Error&) {  // stdout is gone: the error is on stderr already
+  }
 }
 
 int App::run_each(const std::vector<std::string>& inputs, const std::string& out,
@@ -151,7 +184,12 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
   if (std::count(inputs.begin(), inputs.end(), std::string("-")) > 0 && inputs.size() > 1)
     throw Error(ErrorKind::Usage, "'-' (stdin) can only be the single input");
   if (out == "-" && common_.json) throw Error(ErrorKind::Usage, "--json cannot share stdout with -o -");
-  if (is_directory_target(out)) fs::create_directories(out);
+  if (is_directory_target(out)) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec && !fs::is_directory(out)) throw Error(ErrorKind::Output, out + ": cannot create the output directory: " + ec.message());
+  }
+  set_protected_inputs(inputs);
   int code = kOk;
   size_t failed = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -164,8 +202,18 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
       if (e.kind() == ErrorKind::Weights && !engine_) throw;
       if (e.kind() == ErrorKind::Device || e.kind() == ErrorKind::Usage) throw;
       spdlog::error("{}", e.what());
-      emit({{"input", in}, {"status", "error"}, {"error", e.what()}});
+      emit_error(in, e.what());
       if (code == kOk) code = exit_code_for(e.kind());
+      ++failed;
+    } catch (const std::bad_alloc&) {
+      spdlog::error("{}: out of memory", in);
+      emit_error(in, "out of memory");
+      if (code == kOk) code = kInternal;
+      ++failed;
+    } catch (const std::exception& e) {  // a bug: still name the file and go on with the batch
+      spdlog::error("{}: internal error: {}", in, e.what());
+      emit_error(in, std::string("internal error: ") + e.what());
+      if (code == kOk) code = kInternal;
       ++failed;
     }
   }
@@ -174,8 +222,17 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
 }
 
 int App::encode(const EncodeOptions& o) {
+  if (!o.format.empty() && !o.out.empty() && o.out != "-" && !is_directory_target(o.out)) {
+    const auto by_ext = format_from_extension(o.out);
+    const auto flag = parse_format(o.format);
+    if (by_ext && flag && *by_ext != *flag)
+      throw Error(ErrorKind::Usage, "--format " + o.format + " contradicts the output name " + o.out);
+  }
+  if (!o.stream && !o.raw_format.empty())
+    throw Error(ErrorKind::Usage, "--raw-format describes a --stream input; add --stream (files carry their own header)");
   if (o.stream) {
     if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
+    if (o.split_channels) throw Error(ErrorKind::Usage, "--stream cannot --split-channels (it downmixes)");
     StreamEncodeOptions so;
     so.input = o.inputs[0];
     so.format = o.format.empty() ? "mimi" : (o.format == "txt" ? "text" : o.format);
@@ -263,6 +320,12 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
   if (t.codes.n_q > c.n_q)
     throw Error(ErrorKind::Input, what + ": " + std::to_string(t.codes.n_q) + " codebooks, the model has " +
                                       std::to_string(c.n_q));
+  for (size_t i = 0; i < t.codes.data.size(); ++i)
+    if (t.codes.data[i] < 0 || t.codes.data[i] >= c.bins)
+      throw Error(ErrorKind::Input, what + ": code " + std::to_string(t.codes.data[i]) + " (codebook " +
+                                        std::to_string(i / size_t(t.codes.frames)) + ", frame " +
+                                        std::to_string(i % size_t(t.codes.frames)) + ") is outside the model's [0, " +
+                                        std::to_string(c.bins) + ")");
   return n_q;
 }
 
@@ -270,14 +333,14 @@ int output_rate(const Config& c, const TokenFile& t, const std::string& flag, co
   if (flag.empty()) return c.sample_rate;
   if (flag == "source") {
     if (!t.meta.source_sample_rate) throw Error(ErrorKind::Input, what + ": the token file does not record the source rate");
-    return *t.meta.source_sample_rate;
+    const int src = *t.meta.source_sample_rate;
+    if (src < kMinSampleRate || src > kMaxSampleRate)
+      throw Error(ErrorKind::Input, what + ": recorded source rate " + std::to_string(src) + " Hz is not a rate to write");
+    return src;
   }
   int to = 0;
-  try {
-    to = std::stoi(flag);
-  } catch (...) {
-  }
-  if (to < 1000 || to > 768000)
+  const auto r = std::from_chars(flag.data(), flag.data() + flag.size(), to);
+  if (r.ec != std::errc() || r.ptr != flag.data() + flag.size() || to < kMinSampleRate || to > kMaxSampleRate)
     throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz or 'source', got '" + flag + "'");
   return to;
 }
@@ -296,7 +359,13 @@ DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const Deco
   const Config& c = eng.config();
   DecodeResult r;
   r.rate = output_rate(c, t, o.sample_rate, what);
-  AudioWriter w(path, r.rate, sf, force);
+  int64_t expected = -1;  // known exactly when no resampling happens
+  if (r.rate == c.sample_rate) {
+    expected = t.codes.frames * c.frame_size();
+    if (!o.no_trim && t.meta.original_samples) expected = std::min(expected, *t.meta.original_samples);
+  }
+  const int64_t bound = int64_t(double(t.codes.frames) * c.frame_size() * r.rate / c.sample_rate) + r.rate;
+  AudioWriter w(path, r.rate, sf, force, expected, bound);
   StreamResampler rs(c.sample_rate, r.rate);
   int64_t remaining = !o.no_trim && t.meta.original_samples ? *t.meta.original_samples : INT64_MAX;
   std::vector<float> tmp;
@@ -330,6 +399,8 @@ DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const Deco
 
 int App::decode(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
+  if (!o.stream && !o.raw_format.empty())
+    throw Error(ErrorKind::Usage, "--raw-format is for --stream output; add --stream (files get a WAV/FLAC/OGG header)");
   if (o.stream) {
     if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
     StreamDecodeOptions so;
@@ -396,9 +467,17 @@ int App::info(const std::vector<std::string>& files) {
   int code = kOk;
   for (const std::string& f : files) {
     try {
-      const std::vector<uint8_t> bytes = read_input(f);
+      const std::string what = f == "-" ? "stdin" : f;
+      const std::optional<TokenFormat> declared = f == "-" ? std::nullopt : format_from_extension(f);
+      const std::vector<uint8_t> bytes = read_input(f, [&](const uint8_t* p, size_t n) {
+        if (declared || sniff_format(std::vector<uint8_t>(p, p + std::min<size_t>(n, 64)))) {
+          check_token_prefix(declared, p, n, what);
+        } else if (!looks_like_audio(p, n)) {
+          throw Error(ErrorKind::Input, what + ": neither a token file, weights nor audio");
+        }
+      });
       nlohmann::json j = {{"file", f}, {"bytes", bytes.size()}};
-      std::optional<TokenFormat> fmt = f == "-" ? std::nullopt : format_from_extension(f);
+      std::optional<TokenFormat> fmt = declared;
       if (!fmt) fmt = sniff_format(bytes);
       bool is_weights = false;
       if (fmt == TokenFormat::Safetensors) {  // weights or codes?
@@ -444,7 +523,10 @@ int App::info(const std::vector<std::string>& files) {
         j["complete"] = t.complete;
         if (!t.complete) j["damage"] = t.damage;
         j["meta"] = meta_to_json(t.meta);
-        if (!t.complete && code == kOk) code = kInputError;
+        if (!t.complete) {
+          spdlog::error("{}: {}", what, t.damage);
+          if (code == kOk) code = kInputError;
+        }
       }
       std::cout << j.dump(common_.json ? -1 : 2) << std::endl;
     } catch (const Error& e) {
@@ -457,6 +539,13 @@ int App::info(const std::vector<std::string>& files) {
 
 int App::convert(const ConvertOptions& o) {
   if (o.out.empty()) throw Error(ErrorKind::Usage, "convert needs -o OUTPUT");
+  if (!o.format.empty() && o.out != "-" && !is_directory_target(o.out)) {
+    const auto by_ext = format_from_extension(o.out);
+    const auto flag = parse_format(o.format);
+    if (by_ext && flag && *by_ext != *flag)
+      throw Error(ErrorKind::Usage, "--format " + o.format + " contradicts the output name " + o.out);
+  }
+  set_protected_inputs({o.input});
   TokenFile t = read_token_input(o.input, o.recover);
   const TokenFormat fmt = token_format_for(o.format, o.out);
   const std::string path = output_path(o.input, o.out, format_extension(fmt));

@@ -72,7 +72,8 @@ class App {
 
  private:
   Engine& engine();
-  void emit(const nlohmann::json& record);
+  void emit(const nlohmann::json& record);  // throws Error(Output) when stdout fails
+  void emit_error(const std::string& input, const std::string& message);  // never throws
   int run_each(const std::vector<std::string>& inputs, const std::string& out,
                const std::function<void(const std::string&)>& one);
 

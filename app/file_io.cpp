@@ -1,43 +1,166 @@
 #include "app/file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "codec/error.h"
 
 namespace mimi::app {
 namespace fs = std::filesystem;
 
-std::vector<uint8_t> read_input(const std::string& path) {
-  const bool in = path == "-";
-  int fd = in ? 0 : ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw Error(ErrorKind::Input, path + ": cannot open: " + std::strerror(errno));
-  if (!in && fs::is_directory(path)) {
-    ::close(fd);
-    throw Error(ErrorKind::Input, path + ": is a directory");
+namespace {
+
+std::string errstr(int e) { return std::strerror(e); }
+
+// ---- temporaries: the signal handler's table, and stale ones of dead processes
+
+constexpr int kSlots = 64;
+constexpr size_t kPathMax = 4096;
+char g_tmp_paths[kSlots][kPathMax];
+std::atomic<bool> g_tmp_used[kSlots];
+
+int register_temporary(const std::string& path) {
+  if (path.size() >= kPathMax) return -1;
+  for (int i = 0; i < kSlots; ++i) {
+    bool expected = false;
+    if (!g_tmp_used[i].load() && g_tmp_used[i].compare_exchange_strong(expected, true)) {
+      // The handler reads the path only while the flag is set: mark it unused while writing it.
+      g_tmp_used[i].store(false);
+      std::memcpy(g_tmp_paths[i], path.c_str(), path.size() + 1);
+      g_tmp_used[i].store(true);
+      return i;
+    }
   }
+  return -1;  // more than 64 outputs open at once: not cleaned on a signal, still by the next run
+}
+
+void unregister_temporary(int slot) {
+  if (slot >= 0) g_tmp_used[slot].store(false);
+}
+
+extern "C" void on_terminating_signal(int sig) {
+  for (int i = 0; i < kSlots; ++i)
+    if (g_tmp_used[i].load()) ::unlink(g_tmp_paths[i]);
+  _exit(128 + sig);
+}
+
+std::string host_name() {
+  char h[256] = {0};
+  if (::gethostname(h, sizeof h - 1) != 0 || !h[0]) return "host";
+  std::string s(h);
+  for (char& c : s)
+    if (c == '/' || c == '.') c = '_';
+  return s;
+}
+
+const std::string& temp_marker() {  // ".mimi-tmp.HOST."
+  static const std::string m = ".mimi-tmp." + host_name() + ".";
+  return m;
+}
+
+// Removes ".NAME.mimi-tmp.HOST.PID.N" files of this host whose process is gone (a SIGKILL, a
+// power cut), once per directory per run. Temporaries of other hosts (a shared file system) and
+// of live processes are left alone.
+void clean_stale_temporaries(const fs::path& dir) {
+  static std::mutex mu;
+  static std::set<std::string> done;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done.insert(dir.string()).second) return;
+  }
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] != '.') continue;
+    const size_t m = name.find(temp_marker());
+    if (m == std::string::npos) continue;
+    const std::string rest = name.substr(m + temp_marker().size());  // PID.N
+    const size_t dot = rest.find('.');
+    if (dot == std::string::npos) continue;
+    char* endp = nullptr;
+    const long pid = std::strtol(rest.c_str(), &endp, 10);
+    if (endp != rest.c_str() + dot || pid <= 0) continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    std::error_code rm;
+    fs::remove(it->path(), rm);
+  }
+}
+
+std::set<std::pair<dev_t, ino_t>>& protected_inputs() {
+  static std::set<std::pair<dev_t, ino_t>> s;
+  return s;
+}
+
+}  // namespace
+
+// ---- input
+
+std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& check) {
+  const bool in = path == "-";
+  const std::string name = in ? std::string("stdin") : path;
+  int fd = in ? 0 : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorKind::Input, path + ": cannot open: " + errstr(errno));
+  struct FdCloser {
+    int fd;
+    bool own;
+    ~FdCloser() {
+      if (own) ::close(fd);
+    }
+  } closer{fd, !in};
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) throw Error(ErrorKind::Input, name + ": cannot stat: " + errstr(errno));
+  if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Input, name + ": is a directory");
+  const bool regular = S_ISREG(st.st_mode);
+  const uint64_t limit = regular ? uint64_t(st.st_size) : kMaxStreamedInputBytes;
   std::vector<uint8_t> b;
+  if (regular) b.reserve(size_t(st.st_size));
+  constexpr size_t kPrefix = 64 << 10;
+  bool checked = !check;
   uint8_t buf[1 << 16];
   while (true) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n == 0) break;
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string err = std::strerror(errno);
-      if (!in) ::close(fd);
-      throw Error(ErrorKind::Input, (in ? std::string("stdin") : path) + ": read failed: " + err);
+      throw Error(ErrorKind::Input, name + ": read failed: " + errstr(errno));
+    }
+    if (n == 0) break;
+    if (b.size() + size_t(n) > limit) {
+      if (regular) break;  // grew while being read: take what it held when opened
+      throw Error(ErrorKind::Input, name + ": more than " + std::to_string(kMaxStreamedInputBytes >> 30) +
+                                        " GiB from a stream; not a token file");
     }
     b.insert(b.end(), buf, buf + n);
+    if (!checked && b.size() >= kPrefix) {
+      check(b.data(), b.size());
+      checked = true;
+    }
   }
-  if (!in) ::close(fd);
+  if (!checked) check(b.data(), b.size());
   return b;
 }
+
+void set_protected_inputs(const std::vector<std::string>& inputs) {
+  auto& s = protected_inputs();
+  s.clear();
+  for (const std::string& p : inputs) {
+    struct stat st{};
+    if (p != "-" && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) s.insert({st.st_dev, st.st_ino});
+  }
+}
+
+// ---- output
 
 void write_all(int fd, const void* data, size_t n, const std::string& what) {
   const auto* p = static_cast<const uint8_t*>(data);
@@ -45,46 +168,108 @@ void write_all(int fd, const void* data, size_t n, const std::string& what) {
     const ssize_t w = ::write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorKind::Output, what + ": write failed: " + std::strerror(errno));
+      throw Error(ErrorKind::Output, what + ": write failed: " + errstr(errno));
     }
     p += w;
     n -= size_t(w);
   }
 }
 
-void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bool force) {
+OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force_(force) {
   if (path == "-") {
-    write_all(1, bytes.data(), bytes.size(), "stdout");
+    fd_ = 1;
     return;
   }
-  std::error_code ec;
-  if (!force && fs::exists(path, ec))
-    throw Error(ErrorKind::Output, path + ": exists (use --force to overwrite)");
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Output, path + ": is a directory");
+    if (!S_ISREG(st.st_mode)) {  // /dev/null, a FIFO, a terminal: write to it, never replace it
+      fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd_ < 0) throw Error(ErrorKind::Output, path + ": cannot open for writing: " + errstr(errno));
+      return;
+    }
+    if (protected_inputs().count({st.st_dev, st.st_ino}))
+      throw Error(ErrorKind::Output, path + ": is an input of this command; refusing to overwrite it");
+    if (!force) throw Error(ErrorKind::Output, path + ": exists (use --force to overwrite)");
+  }
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
   fs::create_directories(dir, ec);  // failure shows up as "cannot create" below
+  clean_stale_temporaries(dir);
+  static std::atomic<unsigned> counter{0};
   std::random_device rd;
-  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp" + std::to_string(rd() % 1000000))).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0) throw Error(ErrorKind::Output, path + ": cannot create: " + std::strerror(errno));
-  try {
-    write_all(fd, bytes.data(), bytes.size(), path);
-    if (::fsync(fd) != 0) throw Error(ErrorKind::Output, path + ": fsync failed: " + std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  for (int attempt = 0; attempt < 8 && fd_ < 0; ++attempt) {
+    tmp_ = (dir / ("." + target.filename().string() + temp_marker() + std::to_string(::getpid()) + "." +
+                   std::to_string(counter++) + std::to_string(rd() % 100000)))
+               .string();
+    fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) break;
   }
-  ::close(fd);
-  if (!force && fs::exists(path, ec)) {  // appeared meanwhile
-    ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Output, path + ": exists (use --force to overwrite)");
+  if (fd_ < 0) {
+    const std::string err = errstr(errno);
+    tmp_.clear();
+    throw Error(ErrorKind::Output, path + ": cannot create: " + err);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error(ErrorKind::Output, path + ": cannot rename into place: " + err);
+  slot_ = register_temporary(tmp_);
+  seekable_ = true;
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ > 1) ::close(fd_);
+  if (!tmp_.empty() && !committed_) ::unlink(tmp_.c_str());
+  unregister_temporary(slot_);
+}
+
+void OutputFile::write(const void* data, size_t n) {
+  if (error_) throw Error(ErrorKind::Output, (path_ == "-" ? "stdout" : path_) + ": write failed: " + errstr(error_));
+  write_all(fd_, data, n, path_ == "-" ? "stdout" : path_);
+  written_ += n;
+}
+
+void OutputFile::commit() {
+  const std::string what = path_ == "-" ? "stdout" : path_;
+  if (error_) throw Error(ErrorKind::Output, what + ": write failed: " + errstr(error_));
+  if (tmp_.empty()) {  // stdout or a device: nothing to publish
+    committed_ = true;
+    return;
   }
+  if (::fsync(fd_) != 0) throw Error(ErrorKind::Output, what + ": fsync failed: " + errstr(errno));
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    throw Error(ErrorKind::Output, what + ": close failed: " + errstr(errno));
+  }
+  fd_ = -1;
+  // Without --force the final name is taken only if still free: two writers of the same output
+  // cannot both succeed (no check-then-rename race).
+  int rc = ::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), force_ ? 0 : RENAME_NOREPLACE);
+  if (rc != 0 && !force_ && (errno == EINVAL || errno == ENOSYS)) {  // file system without NOREPLACE
+    rc = ::link(tmp_.c_str(), path_.c_str());
+    if (rc == 0) ::unlink(tmp_.c_str());
+  }
+  if (rc != 0) {
+    const int e = errno;
+    if (e == EEXIST) throw Error(ErrorKind::Output, path_ + ": exists (use --force to overwrite)");
+    throw Error(ErrorKind::Output, path_ + ": cannot rename into place: " + errstr(e));
+  }
+  committed_ = true;
+  unregister_temporary(slot_);
+  slot_ = -1;
+}
+
+void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bool force) {
+  OutputFile f(path, force);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
+}
+
+void install_signal_handlers() {
+  struct sigaction sa{};
+  sa.sa_handler = on_terminating_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGXFSZ, SIG_IGN);
 }
 
 bool is_directory_target(const std::string& out) {

@@ -1,22 +1,73 @@
-// Bytes in and out: files or stdin/stdout ("-"), outputs written atomically.
+// Bytes in and out: files or stdin/stdout ("-"). Outputs are written atomically, never over an
+// input, never over another writer's result, and a signal or crash leaves nothing half-written
+// under a final name.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace mimi::app {
 
-// Whole file, or all of stdin for "-". Throws Error(Input).
-std::vector<uint8_t> read_input(const std::string& path);
+// Most bytes read from a pipe, a character device or stdin into memory (a regular file is read
+// to its size): a token stream larger than this is not a token file.
+constexpr uint64_t kMaxStreamedInputBytes = uint64_t(2) << 30;
 
-// Writes to a temporary file beside `path` and renames it into place, so the final name only
-// ever holds a complete file. Refuses to replace an existing file unless `force`.
-// "-" writes to stdout. Throws Error(Output).
+// Called once with the first bytes of an input (up to 64 KiB, fewer only when that is the whole
+// input) before the rest is read, so an input of the wrong kind (/dev/zero as tokens) is refused
+// at once instead of after gigabytes. Throws Error(Input) to refuse.
+using PrefixCheck = std::function<void(const uint8_t* data, size_t n)>;
+
+// Whole file, or all of stdin for "-". Throws Error(Input) naming the path.
+std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& check = nullptr);
+
+// Paths the current command reads: an output that is one of them (same file, through any name) is
+// refused even with --force. Set once per command by the batch loop.
+void set_protected_inputs(const std::vector<std::string>& inputs);
+
+// One output file. To a regular path: a hidden temporary beside it (".NAME.mimi-tmp.HOST.PID.N")
+// that commit() fsyncs and renames into place - without replacing a file that appeared meanwhile
+// unless `force` - and that the destructor, a SIGINT/SIGTERM/SIGHUP, or the next run of mimi (for a
+// SIGKILLed process: temporaries of dead processes of this host) removes. To "-": stdout. To an
+// existing non-regular file (/dev/null, a FIFO, a terminal): written in place, no --force needed.
+// Throws Error(Output) naming the path.
+class OutputFile {
+ public:
+  OutputFile(const std::string& path, bool force);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  bool seekable() const { return seekable_; }  // a regular file (temporary): libsndfile may seek
+  void write(const void* data, size_t n);
+  // Records an error seen by a writer that does not throw (libsndfile's I/O callbacks); commit()
+  // then fails with it.
+  void fail(int err) { if (!error_) error_ = err; }
+  int error() const { return error_; }  // the first recorded errno, 0 if none
+  uint64_t bytes_written() const { return written_; }
+  void commit();  // flush to disk and publish under the final name
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  int slot_ = -1;  // in the signal handler's table of temporaries
+  int error_ = 0;
+  bool force_ = false, seekable_ = false, committed_ = false;
+  uint64_t written_ = 0;
+};
+
+// Writes `bytes` through an OutputFile and commits it.
 void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bool force);
 
 // Writes all n bytes to a file descriptor (retrying short writes). Throws Error(Output).
 void write_all(int fd, const void* data, size_t n, const std::string& what);
+
+// SIGINT/SIGTERM/SIGHUP remove the temporaries being written and exit 128 + signal; SIGPIPE and
+// SIGXFSZ are ignored so a closed pipe or a file-size limit is a write error (exit 5), not a kill.
+void install_signal_handlers();
 
 // Where the output for `input` goes:
 //   out == "-"                  -> "-" (stdout)

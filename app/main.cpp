@@ -8,6 +8,8 @@
 
 #include "app/bench.h"
 #include "app/commands.h"
+#include "app/threads_env.h"
+#include "app/file_io.h"
 #include "codec/error.h"
 
 using namespace mimi;
@@ -18,8 +20,8 @@ namespace {
 const char* kExitCodes =
     "Exit codes: 0 ok, 2 usage error, 3 unreadable or malformed input, 4 weights/config missing, bad or\n"
     "mismatched, 5 output not written (exists without --force, or I/O error), 6 device not available,\n"
-    "70 internal error. With several inputs, a failing input is reported and the rest still run; the\n"
-    "exit code is that of the first failure.";
+    "70 internal error, 130/143 interrupted by SIGINT/SIGTERM (nothing half-written is left). With several\n"
+    "inputs, a failing input is reported and the rest still run; the exit code is that of the first failure.";
 
 void add_common(CLI::App* sub, Common& c) {
   sub->add_option("--weights", c.weights, "Weights: model.safetensors (kyutai/mimi) or moshi's tokenizer checkpoint, "
@@ -27,7 +29,9 @@ void add_common(CLI::App* sub, Common& c) {
   sub->add_option("--config", c.config, "Model config JSON (HF MimiConfig or moshi style) [default: config.json "
                                         "beside the weights, else the official Mimi]");
   sub->add_option("--device", c.device, "cpu, cuda[:i] or hip[:i] (ref = the slow naive kernels)")->capture_default_str();
-  sub->add_option("--threads", c.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_option("--threads", c.threads, "CPU threads (0 = the CPUs this process may use)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   sub->add_flag("--json", c.json, "One JSON object per processed file on stdout");
   sub->add_flag("-q,--quiet", c.quiet, "Only errors on stderr");
   sub->add_flag("-v,--verbose", c.verbose, "More detail on stderr (repeat for more)");
@@ -46,6 +50,7 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mimi::app::configure_openmp_wait(argv);  // first: may re-exec (app/threads_env.cpp)
   auto logger = spdlog::stderr_color_mt("mimi");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("mimi: %^%l%$: %v");
@@ -151,6 +156,7 @@ int main(int argc, char** argv) {
   if (common.quiet) spdlog::set_level(spdlog::level::err);
   else if (common.verbose >= 1) spdlog::set_level(spdlog::level::debug);
 
+  install_signal_handlers();
   App runner(common);
   try {
     if (*e) return runner.encode(enc);

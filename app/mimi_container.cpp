@@ -98,6 +98,24 @@ void MimiWriter::finish(int64_t original_samples) {
   put_u32(o, crc32(o.data() + body, o.size() - body));
 }
 
+MimiHeader parse_mimi_header(const uint8_t* text, size_t n, const std::string& what) {
+  MimiHeader h;
+  h.json = nlohmann::json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
+  if (h.json.is_discarded() || !h.json.is_object()) throw Error(ErrorKind::Input, what + ": .mimi header is not a JSON object");
+  auto integer = [&](const char* key, int64_t lo, int64_t hi) {
+    const auto it = h.json.find(key);
+    if (it == h.json.end() || !it->is_number_integer() || it->get<int64_t>() < lo || it->get<int64_t>() > hi)
+      throw Error(ErrorKind::Input, what + ": .mimi header field '" + key + "' must be an integer in [" +
+                                        std::to_string(lo) + ", " + std::to_string(hi) + "]" +
+                                        (it == h.json.end() ? std::string(" (missing)") : ", got " + it->dump().substr(0, 40)));
+    return int(it->get<int64_t>());
+  };
+  h.n_q = integer("n_q", 1, kMimiMaxCodebooks);
+  h.codebook_size = integer("codebook_size", 1, kMimiMaxCodebookSize);
+  h.bits = bits_for(h.codebook_size);
+  return h;
+}
+
 MimiReadResult read_mimi(const std::vector<uint8_t>& b, const std::string& what) {
   auto fail = [&](const std::string& m) -> MimiReadResult { throw Error(ErrorKind::Input, what + ": " + m); };
   MimiReadResult r;
@@ -105,18 +123,14 @@ MimiReadResult read_mimi(const std::vector<uint8_t>& b, const std::string& what)
   if (b[4] != kMimiVersion)
     return fail("unsupported .mimi version " + std::to_string(b[4]) + " (this mimi reads version 1)");
   const uint32_t hlen = get_u32(b.data() + 8);
+  if (hlen > kMimiMaxHeaderBytes) return fail("header length " + std::to_string(hlen) + " is not plausible");
   if (size_t(12) + hlen + 4 > b.size()) return fail("truncated inside the header");
   const uint8_t* h = b.data() + 12;
   if (crc32(h, hlen) != get_u32(h + hlen)) return fail("header CRC mismatch (damaged file)");
-  try {
-    r.header = nlohmann::json::parse(h, h + hlen);
-    r.n_q = r.header.at("n_q").get<int>();
-    const int cb = r.header.at("codebook_size").get<int>();
-    if (r.n_q < 1 || r.n_q > 1024 || cb < 1) return fail("bad n_q or codebook_size in header");
-  } catch (const nlohmann::json::exception& e) {
-    return fail(std::string("bad header: ") + e.what());
-  }
-  const int bits = bits_for(r.header["codebook_size"].get<int>());
+  const MimiHeader mh = parse_mimi_header(h, hlen, what);
+  r.header = mh.json;
+  r.n_q = mh.n_q;
+  const int bits = mh.bits;
   size_t pos = 12 + size_t(hlen) + 4;
   while (true) {
     if (pos == b.size()) {
@@ -142,6 +156,10 @@ MimiReadResult read_mimi(const std::vector<uint8_t>& b, const std::string& what)
         r.damage = "end record says " + std::to_string(total) + " frames, chunks hold " + std::to_string(r.frames);
         return r;
       }
+      if (orig != ~uint64_t(0) && orig > kMimiMaxOriginalSamples) {
+        r.damage = "end record's original sample count " + std::to_string(orig) + " is not plausible";
+        return r;
+      }
       r.original_samples = orig == ~uint64_t(0) ? -1 : int64_t(orig);
       if (pos + 24 != b.size()) {
         r.damage = "unexpected bytes after the end record";
@@ -160,6 +178,10 @@ MimiReadResult read_mimi(const std::vector<uint8_t>& b, const std::string& what)
     }
     const uint32_t nf = get_u32(p + 4);
     const uint64_t payload = (uint64_t(nf) * uint64_t(r.n_q) * uint64_t(bits) + 7) / 8;
+    if (nf > kMimiMaxChunkFrames) {
+      r.damage = "chunk claims " + std::to_string(nf) + " frames after " + std::to_string(r.frames) + " frames (damaged)";
+      return r;
+    }
     if (nf == 0 || b.size() - pos < 8 + payload + 4) {
       r.damage = "truncated chunk after " + std::to_string(r.frames) + " frames";
       return r;

@@ -11,6 +11,11 @@ namespace mimi::app {
 
 constexpr char kMimiMagic[4] = {'M', 'I', 'M', 'I'};
 constexpr uint8_t kMimiVersion = 1;
+// Limits a reader enforces before allocating anything (docs/FORMAT.md).
+constexpr uint32_t kMimiMaxHeaderBytes = 1 << 20;
+constexpr uint32_t kMimiMaxChunkFrames = 1 << 16;  // 87 minutes; mimi writes 250 (files) or <= 64 (streams)
+constexpr int kMimiMaxCodebooks = 1024, kMimiMaxCodebookSize = 1 << 16;
+constexpr uint64_t kMimiMaxOriginalSamples = 9000000000000000ull;  // as the other token formats' header check
 
 uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc = 0);
 int bits_for(int codebook_size);  // ceil(log2(codebook_size)), at least 1
@@ -29,6 +34,14 @@ struct MimiWriter {
   void append_chunk(const int32_t* frame_major, int64_t n_frames);
   void finish(int64_t original_samples);  // -1 = unknown
 };
+
+// The JSON header, checked: an object with integer n_q and codebook_size within the limits.
+// Throws Error(Input) naming `what` (never a JSON exception).
+struct MimiHeader {
+  nlohmann::json json;
+  int n_q = 0, codebook_size = 0, bits = 0;
+};
+MimiHeader parse_mimi_header(const uint8_t* text, size_t n, const std::string& what);
 
 struct MimiReadResult {
   nlohmann::json header;

@@ -24,25 +24,56 @@ std::vector<int32_t> transpose(const std::vector<int32_t>& v, int64_t rows, int6
   return t;
 }
 
-void meta_from_json(TokenMeta& m, const nlohmann::json& j) {
-  auto opt_int = [&](const char* k) -> std::optional<int64_t> {
+// Header fields of a token file (the .mimi JSON header, or safetensors __metadata__ strings):
+// numbers may come as JSON numbers or as decimal strings; anything else, or a value outside its
+// range, is a malformed input that names the key.
+void meta_from_json(TokenMeta& m, const nlohmann::json& j, const std::string& what) {
+  if (!j.is_object()) bad(what, "header is not a JSON object");
+  auto number = [&](const char* k) -> std::optional<double> {
     if (!j.contains(k) || j[k].is_null()) return std::nullopt;
-    if (j[k].is_string()) return std::stoll(j[k].get<std::string>());
-    return j[k].get<int64_t>();
+    const nlohmann::json& v = j[k];
+    if (v.is_number()) return v.get<double>();
+    if (v.is_string()) {
+      const std::string str = v.get<std::string>();
+      double d = 0;
+      const auto r = std::from_chars(str.data(), str.data() + str.size(), d);
+      if (r.ec == std::errc() && r.ptr == str.data() + str.size()) return d;
+    }
+    bad(what, "header field '" + std::string(k) + "' must be a number, got " + v.dump().substr(0, 40));
+  };
+  auto integer = [&](const char* k, double lo, double hi) -> std::optional<int64_t> {
+    const auto v = number(k);
+    if (!v) return std::nullopt;
+    if (!(*v >= lo && *v <= hi) || *v != std::floor(*v))
+      bad(what, "header field '" + std::string(k) + "' = " + j[k].dump().substr(0, 40) + " is not an integer in [" +
+                    std::to_string(int64_t(lo)) + ", " + std::to_string(int64_t(hi)) + "]");
+    return int64_t(*v);
   };
   auto str = [&](const char* k) -> std::string {
     if (!j.contains(k) || j[k].is_null()) return "";
-    return j[k].is_string() ? j[k].get<std::string>() : j[k].dump();
+    if (!j[k].is_string()) bad(what, "header field '" + std::string(k) + "' must be a string");
+    return j[k].get<std::string>();
   };
-  if (auto v = opt_int("sample_rate")) m.sample_rate = int(*v);
-  if (j.contains("frame_rate")) m.frame_rate = j["frame_rate"].is_string() ? std::stod(j["frame_rate"].get<std::string>()) : j["frame_rate"].get<double>();
-  if (auto v = opt_int("codebook_size")) m.codebook_size = int(*v);
-  m.original_samples = opt_int("original_samples");
-  if (auto v = opt_int("source_sample_rate")) m.source_sample_rate = int(*v);
-  if (auto v = opt_int("source_channels")) m.source_channels = int(*v);
-  if (auto v = opt_int("channel")) m.channel = int(*v);
+  constexpr double kMaxRate = 1 << 30;
+  if (auto v = integer("sample_rate", 1, kMaxRate)) m.sample_rate = int(*v);
+  if (auto v = number("frame_rate")) {
+    if (!(*v > 0 && *v <= kMaxRate)) bad(what, "header field 'frame_rate' must be positive");
+    m.frame_rate = *v;
+  }
+  if (auto v = integer("codebook_size", 1, 1 << 16)) m.codebook_size = int(*v);
+  m.original_samples = integer("original_samples", 0, 9.0e15);
+  if (auto v = integer("source_sample_rate", 1, kMaxRate)) m.source_sample_rate = int(*v);
+  if (auto v = integer("source_channels", 1, 1 << 16)) m.source_channels = int(*v);
+  if (auto v = integer("channel", 0, 1 << 16)) m.channel = int(*v);
   m.weights_fingerprint = str("weights_fingerprint");
   m.tool_version = str("tool_version");
+}
+
+// The shape of a token array: n_q in [1, 1024] and frames >= 0 whose product is bounded, so
+// nothing downstream multiplies into an overflow.
+void check_shape(int64_t n_q, int64_t frames, const std::string& what) {
+  if (n_q < 1 || n_q > 1024 || frames < 0 || frames > (int64_t(1) << 40) / n_q)
+    bad(what, "codes shape [" + std::to_string(n_q) + ", " + std::to_string(frames) + "] is not a token array");
 }
 
 void check_codes(const TokenFile& t, const std::string& what) {
@@ -65,63 +96,91 @@ std::vector<uint8_t> write_npy(const TokenFile& t) {
   return o;
 }
 
+// The value of `key` in a .npy header dict ("{'descr': '<i4', 'fortran_order': False, 'shape': (8, 25), }").
+std::string npy_field(const std::string& h, const std::string& key, const std::string& what) {
+  const size_t k = h.find("'" + key + "'");
+  if (k == std::string::npos) bad(what, ".npy header lacks '" + key + "'");
+  const size_t colon = h.find(':', k);
+  if (colon == std::string::npos) bad(what, ".npy header is malformed at '" + key + "'");
+  size_t b = h.find_first_not_of(' ', colon + 1);
+  if (b == std::string::npos) bad(what, ".npy header is malformed at '" + key + "'");
+  size_t e;
+  if (h[b] == '\'') {
+    e = h.find('\'', b + 1);
+    if (e == std::string::npos) bad(what, ".npy header is malformed at '" + key + "'");
+    return h.substr(b + 1, e - b - 1);
+  }
+  if (h[b] == '(') {
+    e = h.find(')', b);
+    if (e == std::string::npos) bad(what, ".npy header is malformed at '" + key + "'");
+    return h.substr(b, e - b + 1);
+  }
+  e = h.find_first_of(",}", b);
+  return h.substr(b, e == std::string::npos ? std::string::npos : e - b);
+}
+
 TokenFile read_npy(const std::vector<uint8_t>& b, const std::string& what) {
   if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0) bad(what, "not a .npy file");
   size_t hlen, off;
   if (b[6] == 1) {
     hlen = size_t(b[8]) | size_t(b[9]) << 8;
     off = 10;
-  } else {
+  } else if (b[6] == 2 || b[6] == 3) {
     if (b.size() < 12) bad(what, "truncated .npy header");
     hlen = size_t(b[8]) | size_t(b[9]) << 8 | size_t(b[10]) << 16 | size_t(b[11]) << 24;
     off = 12;
+  } else {
+    bad(what, "unsupported .npy version " + std::to_string(b[6]));
   }
-  if (off + hlen > b.size()) bad(what, "truncated .npy header");
+  if (hlen > b.size() - off) bad(what, "truncated .npy header");
   const std::string h(b.begin() + long(off), b.begin() + long(off + hlen));
-  auto field = [&](const std::string& key) {
-    const size_t k = h.find("'" + key + "'");
-    if (k == std::string::npos) bad(what, ".npy header lacks " + key);
-    return h.substr(h.find(':', k) + 1);
-  };
-  const std::string descr = field("descr");
-  const size_t q1 = descr.find('\''), q2 = descr.find('\'', q1 + 1);
-  const std::string dt = descr.substr(q1 + 1, q2 - q1 - 1);
-  if (field("fortran_order").find("True") < field("fortran_order").find(',')) bad(what, "Fortran-order .npy is not supported");
-  const std::string shape = field("shape");
+  const std::string dt = npy_field(h, "descr", what);
+  if (npy_field(h, "fortran_order", what).find("True") != std::string::npos)
+    bad(what, "Fortran-order .npy is not supported");
+  const std::string shape = npy_field(h, "shape", what);
   std::vector<int64_t> dims;
-  for (size_t i = shape.find('(') + 1; i < shape.size() && shape[i] != ')';) {
-    if (isdigit(shape[i])) {
-      int64_t v = 0;
-      auto r = std::from_chars(shape.data() + i, shape.data() + shape.size(), v);
-      dims.push_back(v);
-      i = size_t(r.ptr - shape.data());
-    } else {
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')') bad(what, ".npy shape " + shape + " is malformed");
+  for (size_t i = 1; i + 1 < shape.size();) {
+    const char c = shape[i];
+    if (c == ' ' || c == ',') {
       ++i;
+      continue;
     }
+    int64_t v = 0;
+    const auto r = std::from_chars(shape.data() + i, shape.data() + shape.size() - 1, v);
+    if (r.ec != std::errc() || v < 0) bad(what, ".npy shape " + shape + " is malformed");
+    dims.push_back(v);
+    i = size_t(r.ptr - shape.data());
   }
   if (dims.size() == 3 && dims[0] == 1) dims.erase(dims.begin());  // [1, n_q, F]
-  if (dims.size() != 2) bad(what, ".npy codes must have shape [n_q, frames]");
+  if (dims.size() != 2) bad(what, ".npy codes must have shape [n_q, frames], got " + shape);
+  check_shape(dims[0], dims[1], what);
+  if (dt.size() != 3 || (dt[0] != '<' && dt[0] != '>' && dt[0] != '|' && dt[0] != '='))
+    bad(what, "unsupported .npy dtype '" + dt + "' (integer codes expected)");
   int size;
-  bool is_signed = true, little = dt[0] != '>';
-  if (dt.substr(1) == "i2") size = 2;
-  else if (dt.substr(1) == "i4") size = 4;
-  else if (dt.substr(1) == "i8") size = 8;
-  else if (dt.substr(1) == "u2") size = 2, is_signed = false;
-  else if (dt.substr(1) == "u4") size = 4, is_signed = false;
-  else bad(what, "unsupported .npy dtype " + dt + " (integer codes expected)");
-  if (!little && size > 1) bad(what, "big-endian .npy is not supported");
+  bool is_signed = true;
+  const std::string kind = dt.substr(1);
+  if (kind == "i2") size = 2;
+  else if (kind == "i4") size = 4;
+  else if (kind == "i8") size = 8;
+  else if (kind == "u2") size = 2, is_signed = false;
+  else if (kind == "u4") size = 4, is_signed = false;
+  else bad(what, "unsupported .npy dtype '" + dt + "' (integer codes expected)");
+  if (dt[0] == '>') bad(what, "big-endian .npy is not supported");
   const size_t n = size_t(dims[0] * dims[1]), data = off + hlen;
-  if (b.size() - data < n * size_t(size)) bad(what, "truncated .npy data");
+  if (b.size() - data < n * size_t(size)) bad(what, "truncated .npy data (" + std::to_string(b.size() - data) +
+                                                       " bytes for " + std::to_string(n) + " codes)");
   TokenFile t;
   t.codes.n_q = int(dims[0]);
   t.codes.frames = dims[1];
   t.codes.data.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t* p = b.data() + data + i * size_t(size);
-    int64_t v = 0;
-    for (int k = size - 1; k >= 0; --k) v = (v << 8) | p[k];
-    if (is_signed && size < 8 && (v >> (8 * size - 1) & 1)) v -= int64_t(1) << (8 * size);
-    if (v < INT32_MIN || v > INT32_MAX) bad(what, "code out of range");
+    uint64_t u = 0;
+    for (int k = size - 1; k >= 0; --k) u = (u << 8) | p[k];
+    int64_t v = int64_t(u);
+    if (is_signed && size < 8 && (u >> (8 * size - 1) & 1)) v = int64_t(u) - (int64_t(1) << (8 * size));
+    if (v < INT32_MIN || v > INT32_MAX) bad(what, "code " + std::to_string(v) + " out of range");
     t.codes.data[i] = int32_t(v);
   }
   return t;
@@ -157,10 +216,11 @@ TokenFile read_text(const std::vector<uint8_t>& b, const std::string& what) {
       int32_t v;
       auto r = std::from_chars(tok.data(), tok.data() + tok.size(), v);
       if (r.ec != std::errc() || r.ptr != tok.data() + tok.size())
-        bad(what, "line " + std::to_string(line_no) + ": '" + tok + "' is not an integer");
+        bad(what, "line " + std::to_string(line_no) + ": '" + tok.substr(0, 24) + "' is not an integer");
       frame_major.push_back(v);
       ++count;
     }
+    if (count > 1024) bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes (at most 1024)");
     if (n_q < 0) n_q = count;
     if (count != n_q)
       bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes, earlier lines " +
@@ -189,16 +249,16 @@ TokenFile read_st(const std::vector<uint8_t>& b, const std::string& what) {
   Shape s = f.info("codes").shape;
   if (s.size() == 3 && s[0] == 1) s.erase(s.begin());
   if (s.size() != 2) bad(what, "'codes' must have shape [1, n_q, frames] or [n_q, frames], got " + shape_str(f.info("codes").shape));
+  check_shape(s[0], s[1], what);
   TokenFile t;
   t.codes.n_q = int(s[0]);
   t.codes.frames = s[1];
-  if (f.info("codes").dtype == DType::U8 || f.info("codes").dtype == DType::I16 || f.info("codes").dtype == DType::I8) {
-    bad(what, "'codes' must be I32 or I64");
-  }
+  if (f.info("codes").dtype != DType::I32 && f.info("codes").dtype != DType::I64) bad(what, "'codes' must be I32 or I64");
   t.codes.data = f.to_i32("codes");
+  if (int64_t(t.codes.data.size()) != s[0] * s[1]) bad(what, "'codes' holds " + std::to_string(t.codes.data.size()) + " values, not its shape's");
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [k, v] : f.metadata()) j[k] = v;
-  meta_from_json(t.meta, j);
+  meta_from_json(t.meta, j, what);
   return t;
 }
 
@@ -292,15 +352,16 @@ TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const st
       if (!r.complete && !recover)
         bad(what, r.damage + " (damaged or truncated; --recover decodes the " + std::to_string(r.frames) +
                       " good frames)");
-      meta_from_json(t.meta, r.header);
+      meta_from_json(t.meta, r.header, what);
       t.codes.n_q = r.n_q;
       t.codes.frames = r.frames;
       t.codes.data = transpose(r.frame_major, r.frames, r.n_q);
       if (r.original_samples >= 0) t.meta.original_samples = r.original_samples;
       t.complete = r.complete;
       t.damage = r.damage;
-      if (r.header.contains("frames") && r.complete && r.header["frames"].get<int64_t>() != r.frames)
-        bad(what, "header says " + r.header["frames"].dump() + " frames, the file holds " + std::to_string(r.frames));
+      if (r.header.contains("frames") && r.complete &&
+          (!r.header["frames"].is_number_integer() || r.header["frames"].get<int64_t>() != r.frames))
+        bad(what, "header says " + r.header["frames"].dump().substr(0, 40) + " frames, the file holds " + std::to_string(r.frames));
       if (r.frames == 0 && (r.complete || !recover)) bad(what, r.complete ? "no frames" : r.damage);
       break;
     }

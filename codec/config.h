@@ -30,7 +30,8 @@ struct Config {
 
   static Config official() { return Config{}; }
   // Accepts HF MimiConfig keys or the moshi dict ("seanet"/"transformer"/"quantizer").
-  // Throws Error(Weights) for unsupported values (non-causal, conv shortcut, ...).
+  // Throws Error(Weights) for unsupported values (non-causal, conv shortcut, ...), values of the
+  // wrong JSON type and out-of-range values, naming the field and `what`.
   static Config from_json(const nlohmann::json& j, const std::string& what);
   static Config from_file(const std::string& path);
   // True for JSON that looks like a Mimi config in either style (used to ignore an unrelated
@@ -38,6 +39,8 @@ struct Config {
   static bool looks_like_mimi(const nlohmann::json& j);
 
   nlohmann::json to_json() const;  // HF MimiConfig keys
+  // Throws Error(Weights) naming the field and `what` for values out of sane bounds (see
+  // config.cpp): nothing derived from an accepted config overflows or allocates gigabytes.
   void validate(const std::string& what) const;
 
   int hop() const;                      // SEANet stride product (960)

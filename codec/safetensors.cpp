@@ -140,48 +140,67 @@ void SafetensorsFile::parse(const std::string& what) {
   }
   if (!j.is_object()) fail(what, "header is not a JSON object");
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object()) fail(what, "__metadata__ is not an object");
-      for (auto m = it->begin(); m != it->end(); ++m)
-        metadata_[m.key()] = m->is_string() ? m->get<std::string>() : m->dump();
-      continue;
+  try {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        if (!it->is_object()) fail(what, "__metadata__ is not an object");
+        for (auto m = it->begin(); m != it->end(); ++m) {
+          if (!m->is_string())
+            fail(what, "__metadata__ value of '" + m.key() + "' is not a string (" + m->type_name() + ")");
+          metadata_[m.key()] = m->get<std::string>();
+        }
+        continue;
+      }
+      const auto& e = *it;
+      const std::string& name = it.key();
+      if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+        fail(what, "tensor '" + name + "': entry needs dtype, shape and data_offsets");
+      TensorInfo t;
+      t.name = name;
+      const auto& dtj = e["dtype"];
+      if (!dtj.is_string()) fail(what, "tensor '" + name + "': dtype is not a string: " + dtj.dump());
+      const std::string dt = dtj.get<std::string>();
+      const DTypeEntry* d = nullptr;
+      for (const auto& k : kDTypes)
+        if (dt == k.name) d = &k;
+      if (!d) fail(what, "tensor '" + name + "': unsupported dtype " + dt);
+      t.dtype = d->dtype;
+      // Every dimension an integer >= 0; numel and the byte size computed with overflow checks.
+      const auto& shape = e["shape"];
+      if (!shape.is_array()) fail(what, "tensor '" + name + "': shape is not an array: " + shape.dump());
+      // The running product is checked in order (as numel() computes it), so that no prefix of
+      // the shape overflows int64 either, even when a later dimension is 0.
+      int64_t count = 1, bytes = 0;
+      bool overflow = false;
+      for (const auto& s : shape) {
+        const bool ok = s.is_number_unsigned() ? s.get<uint64_t>() <= uint64_t(INT64_MAX)
+                                               : s.is_number_integer() && s.get<int64_t>() >= 0;
+        if (!ok) fail(what, "tensor '" + name + "': bad shape " + shape.dump() + " (dimensions must be integers >= 0)");
+        const int64_t dim = s.get<int64_t>();
+        overflow = overflow || __builtin_mul_overflow(count, dim, &count);
+        t.shape.push_back(dim);
+      }
+      overflow = overflow || __builtin_mul_overflow(count, int64_t(d->size), &bytes);
+      if (overflow)
+        fail(what, "tensor '" + name + "': shape " + shape.dump() + " of " + dt + " is too large (" +
+                       "its byte size overflows 64 bits)");
+      const auto& off = e["data_offsets"];
+      if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+        fail(what, "tensor '" + name + "': bad data_offsets " + off.dump() + " (two integers >= 0 expected)");
+      t.begin = off[0].get<uint64_t>();
+      t.end = off[1].get<uint64_t>();
+      if (t.end < t.begin || t.end - t.begin != uint64_t(bytes))
+        fail(what, "tensor '" + name + "': byte range [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                       ") holds " + (t.end < t.begin ? std::string("a negative number of") : std::to_string(t.end - t.begin)) +
+                       " bytes, expected " + std::to_string(bytes) + " for " + dt + " " + shape_str(t.shape));
+      if (t.end > data_size)
+        fail(what, "tensor '" + name + "': byte range ends at " + std::to_string(t.end) +
+                       " but the data section has " + std::to_string(data_size) + " bytes (truncated file?)");
+      if (t.end > t.begin) ranges.emplace_back(t.begin, t.end);
+      tensors_[name] = std::move(t);
     }
-    const auto& e = *it;
-    const std::string& name = it.key();
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
-      fail(what, "tensor '" + name + "': entry needs dtype, shape and data_offsets");
-    TensorInfo t;
-    t.name = name;
-    const std::string dt = e["dtype"].get<std::string>();
-    const DTypeEntry* d = nullptr;
-    for (const auto& k : kDTypes)
-      if (dt == k.name) d = &k;
-    if (!d) fail(what, "tensor '" + name + "': unsupported dtype " + dt);
-    t.dtype = d->dtype;
-    for (const auto& s : e["shape"]) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0)
-        fail(what, "tensor '" + name + "': bad shape " + e["shape"].dump());
-      t.shape.push_back(s.get<int64_t>());
-    }
-    const auto& off = e["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned())
-      fail(what, "tensor '" + name + "': bad data_offsets " + off.dump());
-    t.begin = off[0].get<uint64_t>();
-    t.end = off[1].get<uint64_t>();
-    const uint64_t expected = uint64_t(numel(t.shape)) * d->size;
-    if (t.end < t.begin || t.end - t.begin != expected)
-      fail(what, "tensor '" + name + "': byte range [" + std::to_string(t.begin) + ", " +
-                     std::to_string(t.end) + ") holds " + std::to_string(t.end - t.begin) +
-                     " bytes, expected " + std::to_string(expected) + " for " + dt + " " +
-                     shape_str(t.shape));
-    if (t.end > data_size)
-      fail(what, "tensor '" + name + "': byte range ends at " + std::to_string(t.end) +
-                     " but the data section has " + std::to_string(data_size) +
-                     " bytes (truncated file?)");
-    if (t.end > t.begin) ranges.emplace_back(t.begin, t.end);
-    tensors_[name] = std::move(t);
+  } catch (const nlohmann::json::exception& e) {  // a JSON value of an unexpected type or form
+    fail(what, std::string("malformed header: ") + e.what());
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)

@@ -1,6 +1,7 @@
 #include "codec/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,16 @@ namespace {
   throw Error(ErrorKind::Weights, what + ": " + msg);
 }
 
+// NaN or Inf anywhere in a weight would silently poison every output: refused at load. The
+// check itself is fused into the fingerprint pass (Hasher::bytes); this finds and names the
+// culprit once that pass saw one.
+void require_finite(const std::string& file, const std::string& name, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      bad(file, "tensor '" + name + "' holds a non-finite value (" + (std::isnan(x[i]) ? "NaN" : "Inf") +
+                    ") at element " + std::to_string(i) + ": the weights are corrupt");
+}
+
 bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64; }
 
 // Fetches tensors by moshi name from a file of either dialect, checking dtype and shape, and
@@ -30,6 +41,24 @@ class Fetcher {
       return get_split_in_proj(spec);
     const std::string name = dialect_ == Dialect::HuggingFace ? hf_name(spec.name) : spec.name;
     return checked(name, spec.shape);
+  }
+
+  // The file tensors `spec` was made from (HF: q, k and v for a fused in_proj).
+  std::vector<std::string> file_names(const TensorSpec& spec) const {
+    if (spec.name.find("in_proj_weight") != std::string::npos && dialect_ == Dialect::HuggingFace) {
+      const QkvNames n = hf_split_names(spec.name);
+      return {n.q, n.k, n.v};
+    }
+    return {dialect_ == Dialect::HuggingFace ? hf_name(spec.name) : spec.name};
+  }
+
+  // Throws the error naming the file tensor and element behind a non-finite value in `spec`.
+  [[noreturn]] void fail_nonfinite(const TensorSpec& spec) const {
+    for (const std::string& n : file_names(spec)) {
+      const Tensor t = f_.to_f32(n);
+      require_finite(f_.path(), n, t.data, t.size());
+    }
+    bad(f_.path(), "tensor '" + spec.name + "' holds a non-finite value");
   }
 
   void require_all_used() const {
@@ -82,6 +111,18 @@ class Fetcher {
   std::set<std::string> used_;
 };
 
+// Whether any of n float32 values (as bits) is NaN or Inf: |x| >= 0x7f800000. Compiled for
+// AVX-512 / AVX2 / baseline and picked at run time, so it costs little next to the hash.
+__attribute__((target_clones("avx512f", "avx2", "default"))) uint32_t any_nonfinite(const uint8_t* p, size_t n) {
+  uint32_t bad = 0;
+  for (size_t k = 0; k < n; ++k) {
+    uint32_t u;
+    std::memcpy(&u, p + 4 * k, 4);
+    bad |= uint32_t((u & 0x7fffffffu) > 0x7f7fffffu);
+  }
+  return bad;
+}
+
 // 64-bit multiply-xorshift hash over words; four lanes for speed. Not cryptographic: it
 // identifies which weights made a token file.
 struct Hasher {
@@ -93,17 +134,27 @@ struct Hasher {
     x *= 0x81DADEF4BC2DD44Dull;
     return x ^ (x >> 33);
   }
+  // Also notes, for float32 data (n a multiple of 4), whether a value is NaN or Inf (exponent
+  // bits all ones): checked in the same pass, so the weights are read from memory once.
+  bool nonfinite = false;
   void bytes(const void* p, size_t n) {
     const auto* b = static_cast<const uint8_t*>(p);
     size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-      for (int l = 0; l < 4; ++l) {
-        uint64_t w;
-        std::memcpy(&w, b + i + 8 * l, 8);
-        h[l] = (h[l] ^ w) * 0x100000001B3ull + (h[l] >> 29);
-      }
+    uint32_t bad = 0;
+    // Blocks of 256 KB: hashed, then scanned while still in L2 (measured: no cost over the hash).
+    for (size_t b0 = 0; b0 < n; b0 += 262144) {
+      const size_t b1 = std::min(n, b0 + 262144);
+      for (; i + 32 <= b1; i += 32)
+        for (int l = 0; l < 4; ++l) {
+          uint64_t w;
+          std::memcpy(&w, b + i + 8 * l, 8);
+          h[l] = (h[l] ^ w) * 0x100000001B3ull + (h[l] >> 29);
+        }
+      bad |= any_nonfinite(b + b0, (b1 - b0) / 4);
+    }
     for (; i < n; ++i) h[0] = (h[0] ^ b[i]) * 0x100000001B3ull;
     for (int l = 0; l < 4; ++l) h[l] ^= n;
+    nonfinite = bad != 0;
   }
   std::string hex() const {
     uint64_t a = mix(h[0] ^ mix(h[1])), c = mix(h[2] ^ mix(h[3] ^ a));
@@ -167,8 +218,13 @@ Config resolve_config(const std::string& weights_path, const LoadOptions& opts, 
   const fs::path beside = fs::path(weights_path).parent_path() / "config.json";
   std::error_code ec;
   if (fs::is_regular_file(beside, ec)) {
+    // An unrelated (non-Mimi) config.json beside a checkpoint is ignored; one that cannot be
+    // read or is not JSON is an error: it may well be the Mimi config, damaged.
     std::ifstream in(beside);
+    if (!in) bad(beside.string(), "cannot read the config beside the weights");
     nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded())
+      bad(beside.string(), "the config beside the weights is not valid JSON (fix or remove it, or pass --config)");
     if (Config::looks_like_mimi(j)) {
       if (origin) *origin = beside.string();
       return Config::from_json(j, beside.string());
@@ -204,6 +260,7 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
     Tensor x = fetch.get(spec);
     hasher.bytes(spec.name.data(), spec.name.size());
     hasher.bytes(x.data, size_t(x.size()) * 4);
+    if (hasher.nonfinite) fetch.fail_nonfinite(spec);  // NaN/Inf in a weight: refused, naming it
     t.emplace(spec.name, std::move(x));
   }
   fetch.require_all_used();
@@ -276,6 +333,10 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
           e[b * Q + q] = sum.data[b * Q + q] / u;
           acc += e[b * Q + q] * e[b * Q + q];
         }
+        // finite inputs, but embedding_sum / cluster_usage can overflow (then so does the norm)
+        if (!std::isfinite(acc))
+          bad(file.path(), "codebook '" + p + "embedding_sum' / cluster_usage overflows float32 at entry " +
+                               std::to_string(b) + ": the weights are corrupt");
         sq[b] = acc;
       }
       g.books.push_back({Tensor::from_vector({bins, Q}, std::move(e)), Tensor::from_vector({bins}, std::move(sq))});

@@ -162,9 +162,12 @@ namespace cpu {
 MIMI_DECLARE_OPS
 MIMI_DECLARE_RESBLOCK
 MIMI_DECLARE_MEMORY_OPS  // host memory; the ref backend uses these too
-// Threads used by the CPU kernels (0 = all hardware threads).
+// Threads used by the CPU kernels (0 = default_num_threads()).
 void set_num_threads(int n);
 int num_threads();
+// The CPUs this process may use: the smallest of the affinity mask, the cgroup CPU quota,
+// SLURM_CPUS_PER_TASK and OMP_NUM_THREADS (kernels/cpu/cpu_budget.h).
+int default_num_threads();
 }  // namespace cpu
 
 }  // namespace mimi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compile-only check of the HIP backend (the same kernel source as CUDA, through hipcc for AMD
-# gfx90a and gfx1030) into ./build-hip, then its GPU test, which reports itself skipped when no
-# AMD GPU is present. Does nothing without hipcc (install: apt-get install hipcc libamdhip64-dev).
+# gfx90a and gfx1030) into ./build-hip (its GPU test needs an AMD GPU; none here, so it is not run).
+# Does nothing without hipcc (install: apt-get install hipcc libamdhip64-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v hipcc >/dev/null 2>&1; then
@@ -10,4 +10,4 @@ if ! command -v hipcc >/dev/null 2>&1; then
 fi
 cmake -S . -B build-hip -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_HIP=ON "$@" >/dev/null
 cmake --build build-hip -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels
-cd build-hip && ctest --output-on-failure -R gpu_kernels
+

@@ -1,15 +1,139 @@
 #!/usr/bin/env bash
-# Fuzzes the token readers (.mimi, .npy, .safetensors, text) with libFuzzer + ASan/UBSan for
-# N seconds (default 60). Needs clang (apt-get install clang). Not part of CI.
+# libFuzzer + ASan + UBSan (no recovery) over every parser of mimi (tests/fuzz/README.md).
+#
+#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--keep-going] [TARGET...|all]
+#       build the targets (incrementally) and fuzz each in turn (default: all, 60 s each),
+#       starting from its committed seeds (tests/fuzz/seeds/<target>/) copied into a scratch
+#       corpus (build-fuzz/corpus/<target>/, kept between runs). Prints per target: executions,
+#       exec/s, coverage (cov/ft), corpus size and findings (saved under build-fuzz/findings/).
+#       --keep-going: libFuzzer's fork mode, which goes on past crashes/OOMs/timeouts.
+#   scripts/fuzz.sh --smoke           every target for 20 s (CI)
+#   scripts/fuzz.sh --replay [TARGET...]
+#       every reproducer in tests/fuzz/regressions/<target>/ through its target once (those
+#       listed in regressions/<target>/OPEN are known, unfixed bugs: reported, not failed)
+#   scripts/fuzz.sh --make-seeds      regenerate tests/fuzz/seeds/ (deterministic)
+#   scripts/fuzz.sh --build           build only
+# Exit status: non-zero when a target crashed (or a regression failed). Needs clang (14+).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs=${1:-60}
-out=build-fuzz
-mkdir -p $out/corpus
-flags="-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. $(pkg-config --cflags sndfile)"
-clang++ $flags tests/fuzz/fuzz_token_readers.cpp app/token_file.cpp app/mimi_container.cpp codec/safetensors.cpp \
-  codec/tensor.cpp -o $out/fuzz_token_readers
-for f in tests/data/tiny/cases/len1.safetensors; do cp "$f" $out/corpus/; done
-printf '1 2 3\n4 5 6\n' > $out/corpus/t.txt
-build/mimi encode examples/hello.wav -o $out/corpus/h.mimi -f -q --weights tests/data/tiny/weights.hf.safetensors 2>/dev/null || true
-$out/fuzz_token_readers -max_total_time="$secs" -max_len=4096 $out/corpus
+
+ALL=(safetensors_weights safetensors_tokens npy text mimi config audio stream_encode stream_decode)
+OUT=build-fuzz
+declare -A MAXLEN=([safetensors_weights]=32768 [safetensors_tokens]=4096 [npy]=4096 [text]=4096 [mimi]=4096
+                   [config]=4096 [audio]=8192 [stream_encode]=16384 [stream_decode]=4096)
+
+mode=fuzz secs=60 runs="" keep_going=0 targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --time) secs=$2; shift ;;
+    --runs) runs=$2; shift ;;
+    --smoke) secs=20 ;;
+    --keep-going) keep_going=1 ;;
+    --replay) mode=replay ;;
+    --make-seeds) mode=seeds ;;
+    --build) mode=build ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    all) targets=("${ALL[@]}") ;;
+    [0-9]*) secs=$1 ;;  # the old interface: scripts/fuzz.sh SECONDS
+    -*) echo "unknown option $1" >&2; exit 2 ;;
+    *) t=${1#fuzz_}
+       if [[ ! " ${ALL[*]} " == *" $t "* ]]; then echo "unknown target '$1' (${ALL[*]})" >&2; exit 2; fi
+       targets+=("$t") ;;
+  esac
+  shift
+done
+[ ${#targets[@]} -gt 0 ] || targets=("${ALL[@]}")
+command -v clang++ >/dev/null || { echo "fuzz.sh: needs clang++ (apt-get install clang)" >&2; exit 2; }
+
+build() {
+  make -s -f tests/fuzz/Makefile -j2 OUT=$OUT "$@" >&2
+}
+
+if [ $mode = seeds ]; then
+  build $OUT/make_seeds
+  $OUT/make_seeds tests/fuzz/seeds
+  mkdir -p tests/fuzz/seeds/config
+  for c in tiny tiny-window full; do
+    cp tests/data/$c/config.json tests/fuzz/seeds/config/$c.hf.json
+    cp tests/data/$c/moshi_config.json tests/fuzz/seeds/config/$c.moshi.json
+  done
+  find tests/fuzz/seeds -type f -size +8k -not -path '*/safetensors_weights/*' -printf 'warning: %p is over 8 KB (%s bytes)\n'
+  exit 0
+fi
+
+build $(printf "$OUT/fuzz_%s " "${targets[@]}")
+[ $mode = build ] && exit 0
+
+san_env() {
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0:abort_on_error=0}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
+}
+san_env
+
+if [ $mode = replay ]; then
+  failed=0
+  for t in "${targets[@]}"; do
+    dir=tests/fuzz/regressions/$t
+    [ -d $dir ] || continue
+    open=$(sed -e 's/#.*//' -e 's/[[:space:]]*$//' $dir/OPEN 2>/dev/null | grep -v '^$' || true)
+    for f in $dir/*; do
+      name=$(basename "$f")
+      [ -f "$f" ] && [ "$name" != OPEN ] && [[ "$name" != *.md ]] || continue
+      log=$OUT/replay-$t-$name.log
+      if $OUT/fuzz_$t -runs=1 -rss_limit_mb=2048 -timeout=60 "$f" >"$log" 2>&1; then ok=1; else ok=0; fi
+      if grep -qx "$name" <<<"$open"; then
+        [ $ok = 1 ] && echo "FIXED? $t/$name passes but is listed in OPEN: remove it from $dir/OPEN" \
+                    || echo "open   $t/$name (known bug, still fails: $(grep -m1 -E 'ERROR|FINDING|terminate|runtime error' "$log" | cut -c1-120))"
+      elif [ $ok = 1 ]; then
+        echo "ok     $t/$name"
+      else
+        echo "FAIL   $t/$name (log: $log)"; grep -m3 -E 'ERROR|FINDING|terminate|runtime error|#[0-9]+ 0x' "$log" | sed 's/^/         /'
+        failed=1
+      fi
+    done
+  done
+  exit $failed
+fi
+
+status=0
+summary=()
+for t in "${targets[@]}"; do
+  corpus=$OUT/corpus/$t findings=$OUT/findings/$t
+  mkdir -p $corpus $findings
+  cp -n tests/fuzz/seeds/$t/* $corpus/ 2>/dev/null || true
+  before=$(ls $findings | wc -l)
+  args=(-max_len=${MAXLEN[$t]} -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 -artifact_prefix=$findings/)
+  if [ -n "$runs" ]; then args+=(-runs=$runs); else args+=(-max_total_time=$secs); fi
+  [ $keep_going = 1 ] && args+=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
+  log=$OUT/fuzz-$t.log
+  echo "== fuzz_$t (${runs:+$runs runs}${runs:-$secs s}), log $log" >&2
+  rc=0
+  $OUT/fuzz_$t "${args[@]}" $corpus >"$log" 2>&1 || rc=$?
+  last=$(grep -E '^#[0-9]+.*(cov|exec/s)' "$log" | tail -1 || true)
+  if [ $keep_going = 1 ]; then  # fork mode: the last status line, "#N: cov: .. exec/s .. time: Ts"
+    execs=$(grep -oP '^#\K[0-9]+' <<<"$last" || echo 0)
+    t_s=$(grep -oP ' time: \K[0-9]+' <<<"$last" || echo 0)
+    eps=$( [ "${t_s:-0}" -gt 0 ] && echo $((execs / t_s)) || echo "?")
+  else
+    execs=$(grep -oP 'stat::number_of_executed_units:\s+\K[0-9]+' "$log" | tail -1 || true)
+    eps=$(grep -oP 'stat::average_exec_per_sec:\s+\K[0-9]+' "$log" | tail -1 || true)
+    [ -n "$execs" ] || execs=$(grep -oP '^#\K[0-9]+' <<<"$last" || echo "?")
+    [ -n "$eps" ] || eps=$(grep -oP 'exec/s: \K[0-9]+' <<<"$last" || echo "?")
+  fi
+  cov=$(grep -oP 'cov: \K[0-9]+' <<<"$last" || echo "?")
+  ft=$(grep -oP 'ft: \K[0-9]+' <<<"$last" || echo "?")
+  corp=$(ls $corpus | wc -l)
+  new=$(( $(ls $findings | wc -l) - before ))
+  found=""
+  if [ $rc != 0 ] || [ $new -gt 0 ]; then
+    status=1
+    found="$new new in $findings: $(grep -m1 -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|FINDING|terminate called' "$log" | cut -c1-150)"
+  fi
+  line=$(printf '%-22s execs %-9s exec/s %-6s cov %-5s ft %-6s corpus %-5s findings %s' fuzz_$t "$execs" "$eps" "$cov" "$ft" "$corp" "${found:-none}")
+  echo "$line" >&2
+  summary+=("$line")
+done
+echo
+printf '%s\n' "${summary[@]}"
+exit $status

@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
-# The test command: installs missing build deps, builds, runs every test (kernels, weights,
-# engine, golden parity for tiny / tiny-window / full in both weight dialects, CLI), then
-# compiles the HIP backend too where hipcc is installed (scripts/build-hip.sh).
-set -euo pipefail
+# The test command: installs missing build deps, then runs every suite and ends with one closing
+# line for the whole run ("N passed, N failed, N skipped"); exits non-zero when anything failed.
+#   1. HIP backend, compile only (scripts/build-hip.sh; skipped without hipcc)
+#   2. ASan+UBSan build running the fast suites (scripts/test-sanitize.sh)
+#   3. fuzz smoke: every libFuzzer target for a few seconds, then the regression inputs
+#   4. the main build and its whole ctest suite (kernels, weights, engine, golden parity for tiny /
+#      tiny-window / full in both weight dialects, streaming, CLI, bad-input catalogue) - last, so
+#      its ctest summary is the last test-runner summary before the closing line.
+# MIMI_TEST_QUICK=1 runs only step 4. Extra arguments go to the main ctest.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-bash scripts/build.sh
-(cd build && ctest --output-on-failure -j "${MIMI_TEST_JOBS:-1}" "$@")
-bash scripts/build-hip.sh
+source scripts/lib-suite.sh
+
+bash scripts/install-deps.sh || exit 1
+
+if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
+  step "HIP backend (compile only)" bash scripts/build-hip.sh
+  step "ASan+UBSan build and fast suites" bash scripts/test-sanitize.sh
+  step "fuzz smoke" bash scripts/fuzz.sh --smoke
+fi
+
+step "main build" bash scripts/build.sh
+suite main build --output-on-failure -j "${MIMI_TEST_JOBS:-1}" "$@"
+
+closing_line

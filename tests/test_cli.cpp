@@ -11,9 +11,11 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "app/audio_io.h"
 #include "app/mimi_container.h"
 #include "app/token_file.h"
 #include "codec/error.h"
+#include "support/cli.h"
 #include "support/golden.h"
 
 using namespace mimi;
@@ -22,94 +24,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kMimi = MIMI_BINARY;
-
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), {});
-}
-
-struct Sandbox {
-  fs::path dir;
-  std::string weights;
-  Sandbox() {
-    dir = fs::temp_directory_path() / ("mimi-cli-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    weights = data_dir() + "/tiny/weights.hf.safetensors";  // config.json beside it
-  }
-  ~Sandbox() { fs::remove_all(dir); }
-  fs::path operator/(const std::string& s) const { return dir / s; }
-
-  // Runs a bash command line in the sandbox; `mimi` is the binary under test.
-  Run sh(const std::string& cmd) const {
-    const std::string full = "cd '" + dir.string() + "' && mimi() { '" + kMimi + "' \"$@\"; } && export MIMI_WEIGHTS='" +
-                             weights + "' HOME='" + dir.string() + "' && unset HF_HOME && { " + cmd + " ; } >'" +
-                             (dir / ".out").string() + "' 2>'" + (dir / ".err").string() + "'";
-    const int st = std::system(("bash -c \"" + escape(full) + "\"").c_str());
-    Run r{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(dir / ".out"), slurp(dir / ".err")};
-    return r;
-  }
-  static std::string escape(const std::string& s) {
-    std::string o;
-    for (char c : s) {
-      if (c == '"' || c == '\\' || c == '$' || c == '`') o += '\\';
-      o += c;
-    }
-    return o;
-  }
-};
-
-void write_wav(const fs::path& path, const std::vector<float>& interleaved, int rate, int channels, int format) {
-  SF_INFO info{};
-  info.samplerate = rate;
-  info.channels = channels;
-  info.format = format;
-  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
-  REQUIRE(f != nullptr);
-  sf_writef_float(f, interleaved.data(), sf_count_t(interleaved.size() / size_t(channels)));
-  sf_close(f);
-}
-
-struct WavInfo {
-  int rate = 0, channels = 0;
-  int64_t frames = 0;
-  int format = 0;
-};
-WavInfo wav_info(const fs::path& p) {
-  SF_INFO info{};
-  SNDFILE* f = sf_open(p.c_str(), SFM_READ, &info);
-  REQUIRE(f != nullptr);
-  sf_close(f);
-  return {info.samplerate, info.channels, info.frames, info.format};
-}
-
-std::vector<float> read_wav(const fs::path& p) {  // mono samples as float
-  SF_INFO info{};
-  SNDFILE* f = sf_open(p.c_str(), SFM_READ, &info);
-  REQUIRE(f != nullptr);
-  std::vector<float> y(size_t(info.frames));
-  sf_readf_float(f, y.data(), info.frames);
-  sf_close(f);
-  return y;
-}
-
 std::vector<float> golden_input(const std::string& c) {
   const SafetensorsFile g = SafetensorsFile::open(data_dir() + "/tiny/cases/" + c + ".safetensors");
   const Tensor t = g.to_f32("input");
   return {t.data, t.data + t.size()};
-}
-
-std::vector<float> tone(int64_t n, int channels, int rate) {
-  std::vector<float> v(size_t(n * channels));
-  for (int64_t i = 0; i < n; ++i)
-    for (int c = 0; c < channels; ++c) v[size_t(i * channels + c)] = 0.3f * std::sin(6.2831853f * (220.0f + 110.0f * c) * float(i) / float(rate));
-  return v;
 }
 
 app::TokenFile tokens(const fs::path& p) {
@@ -354,4 +272,30 @@ TEST_CASE("cli: --stream in a real pipe gives the offline codes and audio") {
   // a truncated stream is an input error
   r = box.sh("head -c 200 r.mimi | mimi decode --stream - -o - > /dev/null");
   CHECK(r.code == 3);
+}
+
+TEST_CASE("audio writer: WAV that may pass 4 GiB is RF64, others plain PCM WAV; a stream header gives exact sizes") {
+  Sandbox sb("writer");
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f * std::sin(0.01f * float(i));
+  auto write = [&](const std::string& path, int64_t expected, int64_t max_samples) {
+    app::AudioWriter w(path, 24000, app::SampleFormat::S16, false, expected, max_samples);
+    w.write(x.data(), int64_t(x.size()));
+    return w.finish();
+  };
+  write((sb / "small.wav").string(), 1000, 1000);
+  write((sb / "big.wav").string(), -1, int64_t(3) << 30);  // 6 GiB of s16 at most: RF64 from the start
+  const std::string small = slurp(sb / "small.wav"), big = slurp(sb / "big.wav");
+  CHECK(small.substr(0, 4) == "RIFF");
+  CHECK(small.size() == 44 + 2000);
+  CHECK(big.substr(0, 4) == "RF64");
+  for (const char* name : {"small.wav", "big.wav"}) {
+    SF_INFO info{};
+    SNDFILE* f = sf_open((sb / name).c_str(), SFM_READ, &info);
+    REQUIRE(f != nullptr);
+    CHECK(info.frames == 1000);
+    sf_close(f);
+  }
+  // A FIFO-like target (here /dev/null) is written in place, with no temporary and no --force.
+  CHECK(write("/dev/null", 1000, 1000) == 44 + 2000);
 }

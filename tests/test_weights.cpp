@@ -1,11 +1,13 @@
 // The PRNG test-weight generator against WEIGHTS_SPEC.md and the reference manifests, and the
 // strict loader: both dialects, float16/bfloat16 files, configs, and its error messages.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "codec/error.h"
@@ -265,4 +267,279 @@ TEST_CASE("config: HF and moshi style files give the reference configs") {
   nlohmann::json j = full.to_json();
   j["use_causal_conv"] = false;
   CHECK_THROWS_WITH_AS(Config::from_json(j, "x"), doctest::Contains("use_causal_conv"), Error);
+}
+
+// ---- hardening: every malformed header, config or weight value is an Error naming the file and
+// the problem (never a nlohmann exception escaping as "internal error", never UB). Reproducers
+// found by fuzzing live in tests/fuzz/regressions/ (replayed by the fuzz_regressions test).
+
+namespace {
+
+// A safetensors file from a raw header string and `data_bytes` zero bytes of data.
+std::vector<uint8_t> raw_safetensors(const std::string& header, size_t data_bytes = 0) {
+  std::vector<uint8_t> b;
+  b.reserve(8 + header.size() + data_bytes);
+  for (int i = 0; i < 8; ++i) b.push_back(uint8_t((uint64_t(header.size()) >> (8 * i)) & 0xff));
+  for (char c : header) b.push_back(uint8_t(c));
+  b.resize(b.size() + data_bytes, 0);
+  return b;
+}
+
+// The Error a parse of these bytes throws (kind checked), or "" when it parses.
+std::string st_error(std::vector<uint8_t> b) {
+  try {
+    SafetensorsFile::from_bytes(bytes_of(std::move(b)), "bad.safetensors");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Input);
+    return e.what();
+  }
+  return "";
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("mimi-test-weights-" + std::to_string(::getpid()) + "-" +
+                                        std::to_string(reinterpret_cast<uintptr_t>(this)));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string write(const std::string& name, const std::vector<uint8_t>& bytes) const {
+    const std::string p = (path / name).string();
+    write_bytes(p, bytes);
+    return p;
+  }
+  std::string write(const std::string& name, const std::string& text) const {
+    return write(name, std::vector<uint8_t>(text.begin(), text.end()));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("safetensors: shapes whose size overflows are refused (no wrap to 0, no signed overflow)") {
+  // 4294967300 * 2^62 wraps to 0 in 64 bits: with no data it used to pass the size checks
+  std::string msg = st_error(raw_safetensors(
+      R"({"codes":{"dtype":"I32","shape":[4294967300,4611686018427387904],"data_offsets":[0,0]}})"));
+  CHECK(msg.find("bad.safetensors: tensor 'codes': shape [4294967300,4611686018427387904] of I32 is too large") == 0);
+  // a prefix that overflows int64 before a 0 dimension
+  msg = st_error(raw_safetensors(R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})"));
+  CHECK(msg.find("too large") != std::string::npos);
+  // numel fits but numel * dtype size does not
+  msg = st_error(raw_safetensors(R"({"w":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})"));
+  CHECK(msg.find("too large") != std::string::npos);
+  for (const char* shape : {"[-1,4]", "[18446744073709551615]", "[9223372036854775808]", "[1.5]", "[\"4\"]", "[null]",
+                            "{\"a\":4}", "4", "\"[4]\""}) {
+    CAPTURE(shape);
+    msg = st_error(raw_safetensors(std::string(R"({"w":{"dtype":"F32","shape":)") + shape + R"(,"data_offsets":[0,16]}})", 16));
+    CHECK(msg.find("bad.safetensors: tensor 'w': ") == 0);
+    CHECK(msg.find("shape") != std::string::npos);
+  }
+  // zero-size tensors are fine
+  CHECK(st_error(raw_safetensors(R"({"w":{"dtype":"F32","shape":[0,1099511627776],"data_offsets":[0,0]}})")).empty());
+  CHECK(st_error(raw_safetensors(R"({"w":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", 4)).empty());
+}
+
+TEST_CASE("safetensors: values of the wrong JSON type are errors naming the field") {
+  const std::string ok_entry = R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  auto err = [](const std::string& header, size_t data = 4) { return st_error(raw_safetensors(header, data)); };
+  std::string msg = err(R"({"w":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})");
+  CHECK(msg.find("bad.safetensors: tensor 'w': dtype is not a string: 7") == 0);
+  CHECK(err(R"({"w":{"dtype":null,"shape":[1],"data_offsets":[0,4]}})").find("dtype is not a string") != std::string::npos);
+  CHECK(err(R"({"w":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})").find("unsupported dtype F33") != std::string::npos);
+  msg = err(R"({"__metadata__":{"n_q":8},)" + ok_entry + "}");
+  CHECK(msg.find("bad.safetensors: __metadata__ value of 'n_q' is not a string (number)") == 0);
+  CHECK(err(R"({"__metadata__":{"a":{"b":"c"}},)" + ok_entry + "}").find("not a string") != std::string::npos);
+  CHECK(err(R"({"__metadata__":["a"],)" + ok_entry + "}").find("__metadata__ is not an object") != std::string::npos);
+  CHECK(err(R"({"__metadata__":{"a":"b"},)" + ok_entry + "}").empty());
+  for (const char* off : {"[0.0,4.0]", "[0,4.5]", "[-4,0]", "[\"0\",\"4\"]", "[0]", "[0,4,8]", "{\"a\":0}", "null", "4"}) {
+    CAPTURE(off);
+    msg = err(std::string(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":)") + off + "}}");
+    CHECK(msg.find("bad.safetensors: tensor 'w': bad data_offsets") == 0);
+  }
+  CHECK(err(R"({"w":[1,2,3]})").find("entry needs dtype, shape and data_offsets") != std::string::npos);
+  CHECK(err(R"({"w":{"dtype":"F32","shape":[1]}})").find("entry needs dtype, shape and data_offsets") != std::string::npos);
+  CHECK(err(R"([1,2])").find("header is not a JSON object") != std::string::npos);
+}
+
+TEST_CASE("safetensors: a header length beyond the file is refused") {
+  for (uint64_t n : {uint64_t(3), uint64_t(1) << 32, uint64_t(1) << 63, ~uint64_t(0)}) {
+    CAPTURE(n);
+    std::vector<uint8_t> b = raw_safetensors("{}");
+    for (int i = 0; i < 8; ++i) b[size_t(i)] = uint8_t((n >> (8 * i)) & 0xff);
+    const std::string msg = st_error(b);
+    CHECK(msg.find("bad.safetensors: header length " + std::to_string(n) + " exceeds the file (10 bytes)") == 0);
+  }
+}
+
+TEST_CASE("safetensors: as weights, a malformed file is a weights error (exit 4) naming it") {
+  TempDir d;
+  const std::string p = d.write("model.safetensors",
+                                raw_safetensors(R"({"w":{"dtype":1,"shape":[1],"data_offsets":[0,4]}})", 4));
+  d.write("config.json", read_json(data_dir() + "/tiny/config.json").dump());
+  try {
+    load_model(p);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Weights);
+    CHECK(std::string(e.what()).find(p + ": tensor 'w': dtype is not a string") == 0);
+  }
+}
+
+TEST_CASE("config: out-of-range and mistyped values are errors naming the field and the file") {
+  const nlohmann::json tiny = read_json(data_dir() + "/tiny/config.json");
+  auto err = [&](const std::function<void(nlohmann::json&)>& edit) -> std::string {
+    nlohmann::json j = tiny;
+    edit(j);
+    try {
+      Config::from_json(j, "cfg.json");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Weights);
+      CHECK(std::string(e.what()).find("cfg.json: ") == 0);
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(err([](auto&) {}).empty());
+  // the probe's cases: a 5e6 window allocated 3.7 GB, 2e9 exited with "internal error"
+  CHECK(err([](auto& j) { j["sliding_window"] = 5000000; }).find("context (sliding_window) must be in [1, 8192], got 5000000") != std::string::npos);
+  CHECK(err([](auto& j) { j["sliding_window"] = 2e9; }).find("sliding_window") != std::string::npos);
+  CHECK(err([](auto& j) { j["sliding_window"] = 5e6; }).find("sliding_window") != std::string::npos);
+  CHECK(err([](auto& j) { j["sliding_window"] = 1e300; }).find("sliding_window = 1e+300 is out of range") != std::string::npos);
+  CHECK(err([](auto& j) { j["sliding_window"] = 250.5; }).find("sliding_window must be an integer, got 250.5") != std::string::npos);
+  CHECK(err([](auto& j) { j["sliding_window"] = 250.0; }).empty());  // an integral float is fine
+  CHECK(err([](auto& j) { j["rope_theta"] = 0; j.erase("rope_parameters"); }).find("max_period (rope_theta)") != std::string::npos);
+  CHECK(err([](auto& j) { j["rope_parameters"]["rope_theta"] = 0; }).find("max_period (rope_theta)") != std::string::npos);
+  CHECK(err([](auto& j) { j["rope_parameters"] = 5; }).find("rope_parameters must be an object") != std::string::npos);
+  for (double eps : {0.0, -1e-5, 2.0, 1e-40}) {
+    CAPTURE(eps);
+    CHECK(err([&](auto& j) { j["norm_eps"] = eps; }).find("norm_eps must be in [1e-30, 1]") != std::string::npos);
+  }
+  CHECK(err([](auto& j) { j["norm_eps"] = "1e-5"; }).find("norm_eps must be a number") != std::string::npos);
+  CHECK(err([](auto& j) { j["upsampling_ratios"] = std::vector<int>(40, 1); }).find("the number of ratios must be in [1, 16], got 40") != std::string::npos);
+  CHECK(err([](auto& j) { j["upsampling_ratios"] = std::vector<int>(1000, 1); }).find("upsampling_ratios has 1000 entries") != std::string::npos);
+  CHECK(err([](auto& j) { j["upsampling_ratios"] = {8, 6, 0, 4}; }).find("ratio must be in [1, 64], got 0") != std::string::npos);
+  CHECK(err([](auto& j) { j["upsampling_ratios"] = {8, 6, "5", 4}; }).find("upsampling_ratios[2] must be an integer") != std::string::npos);
+  CHECK(err([](auto& j) { j["upsampling_ratios"] = "8654"; }).find("upsampling_ratios must be a list of integers") != std::string::npos);
+  CHECK(err([](auto& j) { j["upsampling_ratios"] = {64, 64, 64, 64}; }).find("the product of the ratios") != std::string::npos);
+  CHECK(err([](auto& j) { j["hidden_size"] = 1 << 20; j.erase("head_dim"); j.erase("upsample_groups"); }).find("dimension must be in [1, 8192]") != std::string::npos);
+  CHECK(err([](auto& j) { j["hidden_size"] = "32"; }).find("hidden_size must be an integer, got \"32\"") != std::string::npos);
+  CHECK(err([](auto& j) { j["hidden_size"] = true; }).find("hidden_size must be an integer") != std::string::npos);
+  CHECK(err([](auto& j) { j["hidden_size"] = 5000000000ull; }).find("hidden_size = 5000000000 is out of range") != std::string::npos);
+  CHECK(err([](auto& j) { j["num_attention_heads"] = 3; j.erase("head_dim"); j.erase("num_key_value_heads"); })
+            .find("d_model / num_heads must be an even integer") != std::string::npos);
+  CHECK(err([](auto& j) { j["num_attention_heads"] = 0; j.erase("head_dim"); j.erase("num_key_value_heads"); })
+            .find("num_heads must be in [1, 32], got 0") != std::string::npos);
+  CHECK(err([](auto& j) { j["num_quantizers"] = 5000; }).find("n_q (num_quantizers) must be in [1, 1024]") != std::string::npos);
+  CHECK(err([](auto& j) { j["codebook_size"] = 0; }).find("bins (codebook_size) must be in") != std::string::npos);
+  CHECK(err([](auto& j) { j["codebook_size"] = 1 << 30; }).find("bins (codebook_size) must be in") != std::string::npos);
+  CHECK(err([](auto& j) { j["kernel_size"] = 0; }).find("kernel_size must be in [1, 255], got 0") != std::string::npos);
+  CHECK(err([](auto& j) { j["residual_kernel_size"] = -3; }).find("residual_kernel_size must be in") != std::string::npos);
+  CHECK(err([](auto& j) { j["last_kernel_size"] = 100000; }).find("last_kernel_size must be in") != std::string::npos);
+  CHECK(err([](auto& j) { j["dilation_growth_rate"] = 0; }).find("dilation_base must be in [1, 16], got 0") != std::string::npos);
+  CHECK(err([](auto& j) { j["num_residual_layers"] = 12; j["dilation_growth_rate"] = 16; }).find("largest residual dilation") != std::string::npos);
+  CHECK(err([](auto& j) { j["compress"] = 8; }).find("channel widths must divide by compress (n_filters 4, compress 8)") != std::string::npos);
+  CHECK(err([](auto& j) { j["num_filters"] = 4096; j["upsampling_ratios"] = {2, 2, 2, 2, 2, 2, 2, 2, 1, 1}; j["frame_rate"] = 93.75; })
+            .find("the widest SEANet channel count") != std::string::npos);
+  CHECK(err([](auto& j) { j["num_hidden_layers"] = 1000; }).find("num_layers must be in [1, 64]") != std::string::npos);
+  CHECK(err([](auto& j) { j["intermediate_size"] = 0; }).find("dim_feedforward must be in") != std::string::npos);
+  CHECK(err([](auto& j) { j["codebook_dim"] = -1; j.erase("vector_quantization_hidden_dimension"); }).find("q_dimension (codebook_dim) must be in") != std::string::npos);
+  CHECK(err([](auto& j) { j["sampling_rate"] = 0; }).find("sample_rate must be in [1000, 768000], got 0") != std::string::npos);
+  CHECK(err([](auto& j) { j["frame_rate"] = 0; }).find("frame_rate must be positive") != std::string::npos);
+  CHECK(err([](auto& j) { j["frame_rate"] = 1e300; }).find("frame_rate must be positive and at most sample_rate") != std::string::npos);
+  CHECK(err([](auto& j) { j["frame_rate"] = 0.0125; }).find("downsample stride") != std::string::npos);
+  CHECK(err([](auto& j) { j["num_key_value_heads"] = "4"; }).find("num_key_value_heads must be an integer") != std::string::npos);
+  CHECK(err([](auto& j) { j["upsample_groups"] = 7.5; }).find("upsample_groups must be an integer") != std::string::npos);
+  CHECK(err([](auto& j) { j["head_dim"] = 2147483647; }).find("head_dim * num_attention_heads must equal hidden_size") != std::string::npos);
+  // moshi style: sections of the wrong type
+  const nlohmann::json moshi = read_json(data_dir() + "/tiny/moshi_config.json");
+  for (const char* section : {"seanet", "transformer", "quantizer"}) {
+    CAPTURE(section);
+    nlohmann::json j = moshi;
+    j[section] = 5;
+    const std::string want = std::string(section) + " must be an object";
+    CHECK_THROWS_WITH_AS(Config::from_json(j, "m.json"), doctest::Contains(want.c_str()), Error);
+  }
+  nlohmann::json j = moshi;
+  j["transformer"]["context"] = 2000000000;
+  CHECK_THROWS_WITH_AS(Config::from_json(j, "m.json"), doctest::Contains("context (sliding_window) must be in"), Error);
+  j = moshi;
+  j["transformer"]["max_period"] = 0;
+  CHECK_THROWS_WITH_AS(Config::from_json(j, "m.json"), doctest::Contains("max_period"), Error);
+  CHECK_THROWS_WITH_AS(Config::from_json(nlohmann::json::array(), "m.json"), doctest::Contains("must be a JSON object"), Error);
+  // the file path is named for --config files too
+  TempDir d;
+  nlohmann::json big = tiny;
+  big["sliding_window"] = 5000000;
+  const std::string p = d.write("big.json", big.dump());
+  const std::string want = p + ": context (sliding_window)";
+  CHECK_THROWS_WITH_AS(Config::from_file(p), doctest::Contains(want.c_str()), Error);
+}
+
+TEST_CASE("loader: NaN or Inf in a weight tensor is refused, naming the tensor") {
+  const Config tiny = test_config("tiny");
+  static std::vector<float> poisoned;
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    CAPTURE(bad);
+    const std::string msg = load_error(edited_tiny([&](auto& t) {
+                                         const size_t n = size_t(numel(t[5].shape));
+                                         poisoned.assign(static_cast<const float*>(t[5].data),
+                                                         static_cast<const float*>(t[5].data) + n);
+                                         poisoned[n - 1] = bad;
+                                         t[5].data = poisoned.data();
+                                       }),
+                                       tiny);
+    CHECK(msg.find("tensor 'encoder.model.1.block.3.conv.conv.bias' holds a non-finite value (" +
+                   std::string(std::isnan(bad) ? "NaN" : "Inf") + ") at element 3") != std::string::npos);
+  }
+  // finite float64 values that do not fit float32 become Inf: refused too
+  const GeneratedWeights w = generate_test_weights(tiny, 1);
+  std::vector<std::vector<double>> f64(w.specs.size());
+  std::vector<TensorToWrite> t;
+  for (size_t i = 0; i < w.specs.size(); ++i) {
+    f64[i].assign(w.values[i].begin(), w.values[i].end());
+    t.push_back({w.specs[i].name, DType::F64, w.specs[i].shape, f64[i].data()});
+  }
+  f64[0][2] = 1e300;
+  CHECK(load_error(safetensors_bytes(t), tiny).find("tensor 'encoder.model.0.conv.conv.weight' holds a non-finite value (Inf) at element 2") !=
+        std::string::npos);
+  f64[0][2] = 0.5;
+  // finite embedding_sum / cluster_usage that overflows float32
+  size_t sum = 0;
+  while (w.specs[sum].name.find("rvq_rest.vq.layers.0._codebook.embedding_sum") == std::string::npos) ++sum;
+  f64[sum][0] = 1e38;
+  CHECK(load_error(safetensors_bytes(t), tiny).find("codebook 'quantizer.rvq_rest.vq.layers.0._codebook.embedding_sum' / cluster_usage overflows float32 at entry 0") != std::string::npos);
+  f64[sum][0] = 0.25;
+  CHECK(load_bytes(safetensors_bytes(t), tiny) != nullptr);
+}
+
+TEST_CASE("loader: a config.json beside the weights that is not JSON is an error naming it") {
+  TempDir d;
+  const std::vector<uint8_t> weights = [] {
+    std::ifstream f(data_dir() + "/tiny/weights.moshi.safetensors", std::ios::binary);
+    return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }();
+  const std::string p = d.write("model.safetensors", weights);
+  const std::string cj = (d.path / "config.json").string();
+  d.write("config.json", std::string("{\"model_type\": \"mimi\", \"hidden_size\": 32,"));  // cut short
+  for (int i = 0; i < 2; ++i) {
+    try {
+      if (i == 0) load_model(p);
+      else resolve_config(p, {});
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Weights);
+      CHECK(std::string(e.what()).find(cj + ": the config beside the weights is not valid JSON") == 0);
+    }
+  }
+  // valid JSON that is not a Mimi config: still ignored (an unrelated file beside a checkpoint)
+  d.write("config.json", std::string("{\"architectures\": [\"Other\"], \"model_type\": \"other\"}"));
+  std::string origin;
+  CHECK(resolve_config(p, {}, &origin) == Config::official());
+  CHECK(origin == "official defaults");
+  // a good one is used
+  d.write("config.json", read_json(data_dir() + "/tiny/config.json").dump());
+  CHECK(load_model(p)->cfg == test_config("tiny"));
 }

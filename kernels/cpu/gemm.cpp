@@ -35,7 +35,7 @@ GemmFn pick_gemm() {
   }
 }
 
-int g_threads = 0;  // 0 = all hardware threads
+int g_threads = 0;  // 0 = default_num_threads()
 
 }  // namespace
 
@@ -61,11 +61,7 @@ double measure_peak_gflops(int threads, double seconds) {
 
 void set_num_threads(int n) { g_threads = n < 0 ? 0 : n; }
 
-int num_threads() {
-  if (g_threads > 0) return g_threads;
-  static const int hw = int(std::max(1u, std::thread::hardware_concurrency()));
-  return hw;
-}
+int num_threads() { return g_threads > 0 ? g_threads : default_num_threads(); }
 
 #define MIMI_DISPATCH(fn)                                                       \
   void fn(int64_t n, const float* x, float* y) {                                \

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# ASan + UBSan (no recovery: the first report fails the test) build in ./build-asan, running the
+# fast suites: kernels, weights, engine, tiny and tiny-window golden cases, CLI, the bad-input
+# catalogue and the fuzz regression inputs. The full-size golden cases and the long streaming test
+# run in the main build only (minutes under ASan, the same code paths as the tiny cases).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib-suite.sh
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_SANITIZE=ON -DMIMI_CUDA=OFF "$@" >/dev/null || exit 1
+cmake --build build-asan -j "${MIMI_JOBS:-2}" || exit 1
+suite sanitize build-asan --output-on-failure -j "${MIMI_TEST_JOBS:-1}" -E 'golden_full|golden_devicepath|golden_gpu|streaming|gpu_kernels'
