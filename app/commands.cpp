@@ -64,7 +64,7 @@ void check_token_prefix(std::optional<TokenFormat> declared, const uint8_t* p, s
     return;
   }
   if (*declared == TokenFormat::Text) {
-    if (std::memchr(p, 0, n)) throw Error(ErrorKind::Input, what + ": binary data, not a text token file");
+    if (n > 0 && std::memchr(p, 0, n)) throw Error(ErrorKind::Input, what + ": binary data, not a text token file");
   } else if (sniffed != declared) {
     throw Error(ErrorKind::Input, what + ": not a " + std::string(format_name(*declared)) + " token file (wrong magic bytes)");
   }

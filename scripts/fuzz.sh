@@ -133,6 +133,10 @@ for t in "${targets[@]}"; do
   line=$(printf '%-22s execs %-9s exec/s %-6s cov %-5s ft %-6s corpus %-5s findings %s' fuzz_$t "$execs" "$eps" "$cov" "$ft" "$corp" "${found:-none}")
   echo "$line" >&2
   summary+=("$line")
+  # Inside scripts/test.sh: one test per target in the whole run's counts (scripts/lib-suite.sh).
+  if [ -n "${MIMI_SUITE_COUNTS:-}" ]; then
+    [ -n "$found" ] && echo "0 1 0 fuzz_$t" >>"$MIMI_SUITE_COUNTS" || echo "1 0 0 fuzz_$t" >>"$MIMI_SUITE_COUNTS"
+  fi
 done
 echo
 printf '%s\n' "${summary[@]}"

@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 source scripts/lib-suite.sh
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_SANITIZE=ON -DMIMI_CUDA=OFF "$@" >/dev/null || exit 1
-cmake --build build-asan -j "${MIMI_JOBS:-2}" || exit 1
+asan_build() {
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_SANITIZE=ON -DMIMI_CUDA=OFF "$@" >/dev/null &&
+    cmake --build build-asan -j "${MIMI_JOBS:-2}"
+}
+step "ASan+UBSan build" asan_build "$@" || exit 1
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 suite sanitize build-asan --output-on-failure -j "${MIMI_TEST_JOBS:-1}" -E 'golden_full|golden_devicepath|golden_gpu|streaming|gpu_kernels'
+if [ -n "${MIMI_SUITE_OWNER:-}" ]; then closing_line; fi

@@ -13,6 +13,17 @@
 #include "kernels/gpu/ops.h"
 #include "kernels/ops.h"
 
+#if defined(MIMI_GPU_EMULATE)
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+
+#include "kernels/gpu/vendor.h"
+#endif
+
 using namespace mimi;
 
 namespace {
@@ -84,21 +95,28 @@ TEST_CASE("gpu conv1d and conv_transpose1d") {
   struct Case { int64_t cin, cout, k, stride, dil, groups, T; PadMode pad; };
   for (const Case& c : {Case{1, 1, 1, 1, 1, 1, 1, PadMode::Zero}, Case{1, 4, 7, 1, 1, 1, 5, PadMode::Zero},
                         Case{4, 8, 8, 4, 1, 1, 37, PadMode::Zero}, Case{6, 6, 3, 1, 2, 6, 30, PadMode::Zero},
-                        Case{8, 8, 4, 2, 1, 1, 9, PadMode::Replicate}, Case{3, 5, 3, 1, 1, 1, 17, PadMode::Zero}}) {
+                        Case{8, 8, 4, 2, 1, 1, 9, PadMode::Replicate}, Case{3, 5, 3, 1, 1, 1, 17, PadMode::Zero},
+                        // more than one block of outputs per channel (kThreads = 256), odd tails
+                        Case{2, 3, 3, 1, 1, 1, 300, PadMode::Replicate}, Case{2, 3, 4, 2, 3, 1, 517, PadMode::Zero},
+                        // input shorter than the kernel span
+                        Case{2, 2, 7, 3, 1, 1, 2, PadMode::Replicate}}) {
     Conv1dShape s{c.cin, c.cout, c.k, c.stride, c.dil, c.groups, c.T, c.pad};
     auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cout * (c.cin / c.groups) * c.k), r);
     auto b = random_vec(size_t(c.cout), r), ctx = random_vec(size_t(c.cin * s.pad_left()) + 1, r);
-    for (bool with_ctx : {false, true}) {
-      std::vector<float> y(size_t(c.cout * s.length_out()));
-      ref::conv1d(s, x.data(), w.data(), b.data(), y.data(), false, with_ctx ? ctx.data() : nullptr);
-      Dev dx(x), dw(w), db(b), dc(ctx), dy(y.size());
-      gpu::conv1d(s, dx.p, dw.p, db.p, dy.p, false, with_ctx ? dc.p : nullptr);
+    for (int variant = 0; variant < 8; ++variant) {  // context x ELU input x accumulate
+      const bool with_ctx = variant & 1, acc = variant & 4;
+      s.elu_input = variant & 2;
+      auto y = random_vec(size_t(c.cout * s.length_out()), r);
+      Dev dx(x), dw(w), db(b), dc(ctx), dy(y);
+      ref::conv1d(s, x.data(), w.data(), b.data(), y.data(), acc, with_ctx ? ctx.data() : nullptr);
+      gpu::conv1d(s, dx.p, dw.p, db.p, dy.p, acc, with_ctx ? dc.p : nullptr);
       expect_close(dy.host(), y, 1e-5);
     }
   }
   struct TCase { int64_t cin, cout, k, stride, groups, T; bool trimmed; };
   for (const TCase& c : {TCase{1, 1, 1, 1, 1, 1, true}, TCase{4, 2, 16, 8, 1, 7, true}, TCase{6, 6, 4, 2, 6, 9, true},
-                         TCase{5, 3, 12, 6, 1, 11, false}}) {
+                         TCase{5, 3, 12, 6, 1, 11, false}, TCase{3, 2, 5, 2, 1, 150, true},
+                         TCase{2, 4, 3, 1, 2, 259, false}}) {
     ConvTranspose1dShape s{c.cin, c.cout, c.k, c.stride, c.groups, c.T};
     s.trimmed = c.trimmed;
     auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cin * (c.cout / c.groups) * c.k), r);
@@ -170,7 +188,8 @@ TEST_CASE("gpu attention and rvq") {
     gpu::attention(H, Tq, Tk, hd, qs, ks, ctx, scale, dq.p, dk.p, dv.p, dout.p);
     expect_close(dout.host(), o, 1e-5, 1e-6);
   }
-  for (auto [Q, F, bins, n] : {std::array<int64_t, 4>{1, 1, 1, 1}, {4, 7, 5, 3}, {16, 27, 64, 7}, {32, 9, 300, 4}}) {
+  for (auto [Q, F, bins, n] : {std::array<int64_t, 4>{1, 1, 1, 1}, {4, 7, 5, 3}, {16, 27, 64, 7}, {32, 9, 300, 4},
+                                                {300, 3, 20, 2}}) {  // Q > kThreads
     std::vector<std::vector<float>> books, norms;
     std::vector<std::unique_ptr<Dev>> dbooks, dnorms;
     std::vector<const float*> hb, hn, db, dn;
@@ -209,7 +228,81 @@ TEST_CASE("gpu attention and rvq") {
   }
 }
 
+#if defined(MIMI_GPU_EMULATE)
+// The emulator's own checks (kernels/gpu/emulate.h): what it promises to catch, it catches.
+namespace {
+__global__ void emu_copy_shared_kernel(float* out) {
+  MIMI_DYNAMIC_SHARED(float, sh);
+  out[threadIdx.x] = sh[threadIdx.x];  // read before any write: the NaN poison
+}
+__global__ void emu_divergent_kernel(float* out) {
+  if (threadIdx.x == 5) return;  // the bug: one thread skips the barrier the others wait at
+  __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+__global__ void emu_block_sum_kernel(float* out) {
+  __shared__ float sh[64];
+  sh[threadIdx.x] = float(threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (unsigned i = 0; i < blockDim.x; ++i) s += sh[i];
+    out[blockIdx.x] = s;
+  }
+}
+}  // namespace
+
+TEST_CASE("gpu emulator: poison, barriers, launch limits") {
+  float* p = nullptr;
+  REQUIRE(gpuMalloc(reinterpret_cast<void**>(&p), 64 * sizeof(float)) == gpuSuccess);
+  std::vector<float> h(64);
+  REQUIRE(gpuMemcpy(h.data(), p, 64 * sizeof(float), gpuMemcpyDeviceToHost) == gpuSuccess);
+  CHECK(std::isnan(h[0]));  // fresh device memory is poisoned
+  MIMI_LAUNCH(emu_copy_shared_kernel, 1, 64, 64 * sizeof(float), 0, p);
+  CHECK(gpuGetLastError() == gpuSuccess);
+  REQUIRE(gpuMemcpy(h.data(), p, 64 * sizeof(float), gpuMemcpyDeviceToHost) == gpuSuccess);
+  CHECK(std::isnan(h[63]));  // so is dynamic shared memory
+  MIMI_LAUNCH(emu_block_sum_kernel, 3, 64, 0, 0, p);
+  CHECK(gpuGetLastError() == gpuSuccess);
+  REQUIRE(gpuMemcpy(h.data(), p, 3 * sizeof(float), gpuMemcpyDeviceToHost) == gpuSuccess);
+  CHECK(h[0] == 2016.0f);
+  CHECK(h[2] == 2016.0f);
+  // Launches a real device refuses are refused, through GetLastError, and run nothing.
+  MIMI_LAUNCH(emu_block_sum_kernel, 1, 1025, 0, 0, p);
+  CHECK(gpuGetLastError() != gpuSuccess);
+  MIMI_LAUNCH(emu_block_sum_kernel, 0, 64, 0, 0, p);
+  CHECK(gpuGetLastError() != gpuSuccess);
+  MIMI_LAUNCH(emu_copy_shared_kernel, 1, 64, 48 * 1024 + 4, 0, p);
+  CHECK(gpuGetLastError() != gpuSuccess);
+  MIMI_LAUNCH(emu_block_sum_kernel, dim3(1, 65536), 64, 0, 0, p);
+  CHECK(gpuGetLastError() != gpuSuccess);
+  CHECK(gpuGetLastError() == gpuSuccess);  // read once, then cleared
+  // Copies outside an allocation are refused.
+  CHECK(gpuMemcpy(h.data(), p + 1, 64 * sizeof(float), gpuMemcpyDeviceToHost) != gpuSuccess);
+  (void)gpuGetLastError();
+  (void)gpuFree(p);
+  // A divergent barrier aborts the process (run in a child: this binary with --emu-diverge).
+  char self[4096] = {};
+  REQUIRE(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  char arg[] = "--emu-diverge";
+  char* child_argv[] = {self, arg, nullptr};
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, self, nullptr, nullptr, child_argv, environ) == 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status));
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT));
+}
+#endif
+
 int main(int argc, char** argv) {
+#if defined(MIMI_GPU_EMULATE)
+  if (argc == 2 && std::strcmp(argv[1], "--emu-diverge") == 0) {
+    float* p = gpu::alloc(64);
+    MIMI_LAUNCH(emu_divergent_kernel, 1, 64, 0, 0, p);
+    return 0;  // not reached: the emulator aborts
+  }
+#endif
   if (gpu::device_count() == 0) {
     std::printf("SKIPPED: no GPU device; the GPU kernels were compiled but not run\n");
     return 77;

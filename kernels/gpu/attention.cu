@@ -12,7 +12,7 @@ namespace {
 __global__ void attention_kernel(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, int64_t k_start,
                                  int64_t context, float scale, const float* q, const float* k, const float* v,
                                  float* out) {
-  extern __shared__ float sh[];  // [window] scores, then [blockDim] reduction scratch
+  MIMI_DYNAMIC_SHARED(float, sh);  // [window] scores, then [blockDim] reduction scratch
   const int64_t h = blockIdx.y, i = blockIdx.x;
   const int64_t qpos = q_start + i;
   const int64_t j_lo = max(int64_t(0), qpos - context + 1 - k_start), j_hi = min(Tk, qpos - k_start + 1);
@@ -61,8 +61,8 @@ void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, i
   if (H <= 0 || Tq <= 0) return;
   const int64_t window = std::max<int64_t>(1, std::min(Tk, context));
   const size_t shared = size_t(window + kThreads) * sizeof(float);
-  attention_kernel<<<dim3(unsigned(Tq), unsigned(H)), kThreads, shared>>>(H, Tq, Tk, hd, q_start, k_start, context,
-                                                                          scale, q, k, v, out);
+  MIMI_LAUNCH(attention_kernel, dim3(unsigned(Tq), unsigned(H)), kThreads, shared, 0, H, Tq, Tk, hd, q_start, k_start,
+              context, scale, q, k, v, out);
   check_launch("attention");
 }
 

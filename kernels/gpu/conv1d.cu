@@ -34,8 +34,8 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
             const float* context) {
   const int64_t T_out = s.length_out();
   if (T_out <= 0) return;
-  conv1d_kernel<<<dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads>>>(s, T_out, s.pad_left(), x, w, bias, y, accumulate,
-                                                                                s.pad_left() > 0 ? context : nullptr);
+  MIMI_LAUNCH(conv1d_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, 0, s, T_out, s.pad_left(), x,
+              w, bias, y, accumulate, s.pad_left() > 0 ? context : nullptr);
   check_launch("conv1d");
 }
 

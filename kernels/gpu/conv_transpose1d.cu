@@ -27,7 +27,7 @@ __global__ void convtr_kernel(ConvTranspose1dShape s, int64_t T_out, const float
 void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float* w, const float* bias, float* y) {
   const int64_t T_out = s.length_out();
   if (T_out <= 0) return;
-  convtr_kernel<<<dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads>>>(s, T_out, x, w, bias, y);
+  MIMI_LAUNCH(convtr_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, 0, s, T_out, x, w, bias, y);
   check_launch("conv_transpose1d");
 }
 

@@ -31,7 +31,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const fl
           int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
   const dim3 block(kTile, kTile), grid(unsigned((N + kTile - 1) / kTile), unsigned((M + kTile - 1) / kTile));
-  gemm_kernel<<<grid, block>>>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  MIMI_LAUNCH(gemm_kernel, grid, block, 0, 0, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
   check_launch("gemm");
 }
 

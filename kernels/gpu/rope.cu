@@ -28,7 +28,7 @@ void rope(int64_t H, int64_t hd, int64_t T, int64_t offset, float max_period, Ro
   const int64_t n = H * (hd / 2) * T;
   if (n <= 0) return;
   const float coef = float(-std::log(double(max_period)) * 2.0 / double(hd));
-  rope_kernel<<<blocks_for(n), kThreads>>>(H, hd, T, offset, coef, layout == RopeLayout::Interleaved, x);
+  MIMI_LAUNCH(rope_kernel, blocks_for(n), kThreads, 0, 0, H, hd, T, offset, coef, layout == RopeLayout::Interleaved, x);
   check_launch("rope");
 }
 

@@ -56,13 +56,13 @@ void copy2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_
 
 void add2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t rows) {
   if (width <= 0 || rows <= 0) return;
-  add2d_kernel<<<blocks_for(width * rows), kThreads>>>(dst, dpitch, src, spitch, width, rows);
+  MIMI_LAUNCH(add2d_kernel, blocks_for(width * rows), kThreads, 0, 0, dst, dpitch, src, spitch, width, rows);
   check_launch("add2d");
 }
 
 void fill(float* dst, int64_t n, float value) {
   if (n <= 0) return;
-  fill_kernel<<<blocks_for(n), kThreads>>>(dst, n, value);
+  MIMI_LAUNCH(fill_kernel, blocks_for(n), kThreads, 0, 0, dst, n, value);
   check_launch("fill");
 }
 

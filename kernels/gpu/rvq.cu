@@ -25,7 +25,7 @@ Books books_arg(const float* const* host, int64_t n) {
 
 __global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
                                   Books books, Books norms, int32_t* codes) {
-  extern __shared__ float sh[];  // r [Q], rr, best_d [blockDim], best_i [blockDim] (as float bits)
+  MIMI_DYNAMIC_SHARED(float, sh);  // r [Q], rr, best_d [blockDim], best_i [blockDim] (as float bits)
   float* r = sh;
   float* best_d = sh + Q + 1;
   int* best_i = reinterpret_cast<int*>(best_d + blockDim.x);
@@ -79,8 +79,8 @@ void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x, c
                 const float* const* sq_norms, int32_t* codes) {
   if (F <= 0 || n <= 0) return;
   const size_t shared = size_t(Q + 1 + 2 * kThreads) * sizeof(float);
-  rvq_encode_kernel<<<unsigned(F), kThreads, shared>>>(Q, F, bins, n, x, books_arg(codebooks, n),
-                                                       books_arg(sq_norms, n), codes);
+  MIMI_LAUNCH(rvq_encode_kernel, unsigned(F), kThreads, shared, 0, Q, F, bins, n, x, books_arg(codebooks, n),
+              books_arg(sq_norms, n), codes);
   check_launch("rvq_encode");
 }
 
@@ -88,7 +88,7 @@ void rvq_decode(int64_t Q, int64_t F, int64_t bins, int64_t n, const int32_t* co
                 float* y) {
   (void)bins;
   if (Q * F <= 0) return;
-  rvq_decode_kernel<<<blocks_for(Q * F), kThreads>>>(Q, F, n, codes, books_arg(codebooks, n), y);
+  MIMI_LAUNCH(rvq_decode_kernel, blocks_for(Q * F), kThreads, 0, 0, Q, F, n, codes, books_arg(codebooks, n), y);
   check_launch("rvq_decode");
 }
 

@@ -3,7 +3,37 @@
 // has 64): reductions go through shared memory with blockDim-generic loops.
 #pragma once
 
-#if defined(MIMI_USE_HIP)
+//
+// Three branches: nvcc (CUDA), hipcc (MIMI_USE_HIP), and the CPU emulator (MIMI_GPU_EMULATE: the
+// same sources compiled as C++ by the host compiler, kernels/gpu/emulate.h). Kernels launch
+// only through MIMI_LAUNCH and declare dynamic shared memory only through MIMI_DYNAMIC_SHARED,
+// so the one source serves all three.
+
+#if defined(MIMI_GPU_EMULATE) && (defined(__CUDACC__) || defined(__HIPCC__))
+#error "MIMI_GPU_EMULATE is for the host C++ compiler, not nvcc/hipcc"
+#elif defined(MIMI_GPU_EMULATE)
+#include "kernels/gpu/emulate.h"
+#define gpuError_t cudaError_t
+#define gpuSuccess cudaSuccess
+#define gpuMalloc mimi_emu::Malloc
+#define gpuFree mimi_emu::Free
+#define gpuMemcpy mimi_emu::Memcpy
+#define gpuMemcpy2DAsync mimi_emu::Memcpy2DAsync
+#define gpuMemset mimi_emu::Memset
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuDeviceSynchronize mimi_emu::DeviceSynchronize
+#define gpuGetDeviceCount mimi_emu::GetDeviceCount
+#define gpuSetDevice mimi_emu::SetDevice
+#define gpuGetLastError mimi_emu::GetLastError
+#define gpuGetErrorString mimi_emu::GetErrorString
+// kernel<<<grid, block, shmem, stream>>>(args...)
+#define MIMI_LAUNCH(kernel, grid, block, shmem, stream, ...) \
+  ::mimi_emu::launch(#kernel, kernel, dim3(grid), dim3(block), size_t(shmem), stream, __VA_ARGS__)
+// extern __shared__ type name[];
+#define MIMI_DYNAMIC_SHARED(type, name) type* const name = static_cast<type*>(::mimi_emu::dynamic_shared())
+#elif defined(MIMI_USE_HIP)
 #include <hip/hip_runtime.h>
 #define gpuError_t hipError_t
 #define gpuSuccess hipSuccess
@@ -39,9 +69,14 @@
 #define gpuGetErrorString cudaGetErrorString
 #endif
 
+#if !defined(MIMI_GPU_EMULATE)
+#define MIMI_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#define MIMI_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 #include <string>
 
-#include "codec/error.h"
+#include "kernels/error.h"
 
 namespace mimi::gpu {
 

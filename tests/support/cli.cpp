@@ -143,7 +143,17 @@ std::string Sandbox::escape(const std::string& s) {
 
 Run Sandbox::sh(const std::string& cmd, int timeout_s) const {
   const std::string out = (capture_ / "stdout").string(), err = (capture_ / "stderr").string();
-  const std::string full = "cd " + quote(dir.string()) + " && export PATH=" + quote(mimi_bin_dir()) +
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan reserves terabytes of shadow address space, so `ulimit -v` kills any sanitized process
+  // at start. Under ASan the same memory bound is asked of the allocator instead: an allocation
+  // beyond it is an ASan report (the process fails), as it would be an exit under the ulimit.
+  const std::string prelude =
+      "ulimit() { if [ \"$1\" = -v ]; then export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}"
+      "max_allocation_size_mb=$(( $2 / 1024 ))\"; else builtin ulimit \"$@\"; fi; }\n";
+#else
+  const std::string prelude;
+#endif
+  const std::string full = prelude + "cd " + quote(dir.string()) + " && export PATH=" + quote(mimi_bin_dir()) +
                            ":\"$PATH\" MIMI_WEIGHTS=" + quote(weights) + " HOME=" + quote(dir.string()) +
                            " && unset HF_HOME && {\n" + cmd + "\n} >" + quote(out) + " 2>" + quote(err);
   const double t0 = now_s();
