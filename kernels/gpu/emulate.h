@@ -249,14 +249,66 @@ class Pool {
   std::atomic<bool> stop_{false};
 };
 
-// Fibers: the GPU threads of a block as ucontext coroutines on the launching thread. A fiber
-// yields only at a barrier; the scheduler resumes the waiting fibers once every one arrived.
+// Fibers: the GPU threads of a block as coroutines on the launching thread. A fiber yields only
+// at a barrier; the scheduler resumes the waiting fibers once every one arrived. On x86-64 the
+// switch is six pushes and a stack swap (swapcontext's signal-mask syscalls would dominate);
+// elsewhere ucontext.
+#if defined(__x86_64__) && !defined(MIMI_EMU_UCONTEXT)
+extern "C" void mimi_emu_switch(void** save_sp, void* next_sp);
+__asm__(R"(
+  .text
+  .weak mimi_emu_switch
+  .type mimi_emu_switch, @function
+mimi_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size mimi_emu_switch, .-mimi_emu_switch
+)");
+struct FiberContext {
+  void* sp = nullptr;
+  void init(char* stack, size_t size, void (*entry)()) {
+    auto top = (reinterpret_cast<uintptr_t>(stack) + size) & ~uintptr_t(15);
+    void** p = reinterpret_cast<void**>(top - 16);  // 16-aligned slot: the return address
+    *p = reinterpret_cast<void*>(entry);           // `ret` enters entry with rsp = 8 mod 16
+    p -= 6;                                        // rbp rbx r12..r15, popped by the switch
+    for (int i = 0; i < 6; ++i) p[i] = nullptr;
+    sp = p;
+  }
+  static void jump(FiberContext& from, FiberContext& to) { mimi_emu_switch(&from.sp, to.sp); }
+};
+#else
+struct FiberContext {
+  ucontext_t uc;
+  void init(char* stack, size_t size, void (*entry)()) {
+    getcontext(&uc);
+    uc.uc_stack.ss_sp = stack;
+    uc.uc_stack.ss_size = size;
+    uc.uc_link = nullptr;
+    makecontext(&uc, entry, 0);
+  }
+  static void jump(FiberContext& from, FiberContext& to) { swapcontext(&from.uc, &to.uc); }
+};
+#endif
+
 struct Fibers {
   static constexpr size_t kStack = 256 * 1024;
   std::vector<std::unique_ptr<char[]>> stacks;
-  std::vector<ucontext_t> ctx;
+  std::vector<FiberContext> ctx;
   std::vector<unsigned char> done;
-  ucontext_t sched;
+  FiberContext sched;
   unsigned current = 0;
   const std::function<void(unsigned)>* job = nullptr;
   dim3 block;
@@ -265,11 +317,13 @@ struct Fibers {
     static thread_local Fibers f;
     return f;
   }
-  static void entry() {
+  [[noreturn]] static void entry() {
     Fibers& f = get();
     const unsigned lane = f.current;
     (*f.job)(lane);
-    f.done[lane] = 1;  // returns to sched through uc_link
+    f.done[lane] = 1;
+    FiberContext::jump(f.ctx[lane], f.sched);  // never resumed
+    std::abort();
   }
   void set_thread(unsigned lane) {
     threadIdx = uint3{lane % block.x, (lane / block.x) % block.y, lane / (block.x * block.y)};
@@ -280,19 +334,13 @@ struct Fibers {
     while (stacks.size() < n) stacks.emplace_back(new char[kStack]);  // untouched until used
     ctx.resize(n);
     done.assign(n, 0);
-    for (unsigned i = 0; i < n; ++i) {
-      getcontext(&ctx[i]);
-      ctx[i].uc_stack.ss_sp = stacks[i].get();
-      ctx[i].uc_stack.ss_size = kStack;
-      ctx[i].uc_link = &sched;
-      makecontext(&ctx[i], &Fibers::entry, 0);
-    }
+    for (unsigned i = 0; i < n; ++i) ctx[i].init(stacks[i].get(), kStack, &Fibers::entry);
     for (unsigned left = n; left > 0;) {  // passes: each fiber runs to its next barrier or its end
       for (unsigned i = 0; i < n; ++i) {
         if (done[i]) continue;
         current = i;
         set_thread(i);
-        swapcontext(&sched, &ctx[i]);
+        FiberContext::jump(sched, ctx[i]);
         if (done[i]) --left;
       }
     }
@@ -301,7 +349,7 @@ struct Fibers {
 inline void fiber_wait() {
   Fibers& f = Fibers::get();
   const unsigned me = f.current;
-  swapcontext(&f.ctx[me], &f.sched);
+  FiberContext::jump(f.ctx[me], f.sched);
   f.set_thread(me);
 }
 
