@@ -3,11 +3,12 @@
 # line for the whole run ("N passed, N failed, N skipped"); exits non-zero when anything failed.
 #   1. HIP backend, compile only (scripts/build-hip.sh; skipped without hipcc)
 #   2. ASan+UBSan build running the fast suites (scripts/test-sanitize.sh)
-#   3. fuzz smoke: every libFuzzer target (tests/fuzz/) for 20 s from its seeds
-#   4. the main build and its whole ctest suite (kernels, weights, engine, golden parity for tiny /
+#   3. the GPU kernels on CPU threads (MIMI_GPU_EMULATE): kernel sweeps, small golden configs
+#   4. fuzz smoke: every libFuzzer target (tests/fuzz/) for 20 s from its seeds
+#   5. the main build and its whole ctest suite (kernels, weights, engine, golden parity for tiny /
 #      tiny-window / full in both weight dialects, streaming, CLI, bad-input catalogue) - last, so
 #      its ctest summary is the last test-runner summary before the closing line.
-# MIMI_TEST_QUICK=1 runs only step 4. Extra arguments go to the main ctest.
+# MIMI_TEST_QUICK=1 runs only step 5. Extra arguments go to the main ctest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib-suite.sh
@@ -17,6 +18,14 @@ bash scripts/install-deps.sh || exit 1
 if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
   step "HIP backend (compile only)" bash scripts/build-hip.sh
   bash scripts/test-sanitize.sh  # records its own build step and tests
+  # The GPU kernel source compiled by g++ and run on CPU threads (MIMI_GPU_EMULATE, docs: kernels/gpu/
+  # emulate.h): the kernel sweeps against kernels/ref and the small golden configs on the device plans.
+  emu_build() {
+    cmake -S . -B build-gpu-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_GPU_EMULATE=ON -DMIMI_CUDA=OFF >/dev/null &&
+      cmake --build build-gpu-emu -j "${MIMI_JOBS:-2}" --target test_gpu_kernels test_golden
+  }
+  step "emulated GPU build" emu_build &&
+    suite emulated-gpu build-gpu-emu --output-on-failure -R '^(gpu_kernels|golden_gpu_tiny)$'
   # One count per target (fuzz.sh records them); a build failure before any target counts as one.
   before=$(wc -l <"$MIMI_SUITE_COUNTS")
   echo "=== fuzz smoke (every libFuzzer target, 20 s each)"
