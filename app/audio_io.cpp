@@ -316,6 +316,8 @@ sf_count_t fd_write(const void* src, sf_count_t n, void* u) {
 }
 sf_count_t fd_tell(void* u) { return static_cast<FdSink*>(u)->pos; }
 
+}  // namespace
+
 // A WAV header for a stream: sizes exact when the sample count is known and fits, else the
 // "unknown length" 0xFFFFFFFF that libsndfile, ffmpeg and sox read to the end of the data.
 std::vector<uint8_t> wav_stream_header(int rate, SampleFormat fmt, int64_t samples) {
@@ -333,8 +335,6 @@ std::vector<uint8_t> wav_stream_header(int rate, SampleFormat fmt, int64_t sampl
   tag("data"); u32(data32);
   return h;
 }
-
-}  // namespace
 
 struct AudioWriter::Impl {
   std::unique_ptr<OutputFile> out;

@@ -67,6 +67,11 @@ enum class SampleFormat { S16, S24, F32 };
 enum class AudioContainer { Wav, Flac, Ogg };
 AudioContainer container_for(const std::string& path);  // by extension; default WAV
 
+// The 44-byte header of a mono PCM (s16/s24) or float (f32) WAV: sizes exact when the sample count
+// is known and fits in RIFF's 32 bits, else the "unknown length" 0xFFFFFFFF that libsndfile,
+// ffmpeg and sox read to the end of the data (what a stream writes).
+std::vector<uint8_t> wav_stream_header(int rate, SampleFormat fmt, int64_t samples);
+
 // Writes mono audio block by block through an OutputFile (file_io.h): to a temporary renamed into
 // place by finish() (never a partial file under the final name), or, for "-" and other
 // non-seekable outputs, as a WAV stream (header first, with exact sizes when `expected_samples` is

@@ -46,8 +46,6 @@ TokenFormat token_format_for(const std::string& flag, const std::string& out_pat
   return TokenFormat::Mimi;
 }
 
-// Refuses, from its first bytes, an input that cannot be a token file of the format its name (or
-// failing that, its content) says: /dev/zero or a WAV given to decode fails at once.
 // The magic numbers of the audio containers libsndfile reads (for `info`, which sniffs).
 bool looks_like_audio(const uint8_t* p, size_t n) {
   static const char* magics[] = {"RIFF", "RF64", "RIFX", "FORM", "fLaC", "OggS", ".snd", "caff", "wvpk", "MThd", "ID3"};
@@ -56,6 +54,8 @@ bool looks_like_audio(const uint8_t* p, size_t n) {
   return false;
 }
 
+// Refuses, from its first bytes, an input that cannot be a token file of the format its name (or
+// failing that, its content) says: /dev/zero or a WAV given to decode fails at once.
 void check_token_prefix(std::optional<TokenFormat> declared, const uint8_t* p, size_t n, const std::string& what) {
   const std::vector<uint8_t> head(p, p + std::min<size_t>(n, 64));
   const std::optional<TokenFormat> sniffed = sniff_format(head);
@@ -68,6 +68,16 @@ void check_token_prefix(std::optional<TokenFormat> declared, const uint8_t* p, s
   } else if (sniffed != declared) {
     throw Error(ErrorKind::Input, what + ": not a " + std::string(format_name(*declared)) + " token file (wrong magic bytes)");
   }
+}
+
+// `--format F -o NAME.ext` where .ext names another token format: refused rather than writing
+// content that contradicts its extension.
+void check_format_matches_output(const std::string& flag, const std::string& out) {
+  if (flag.empty() || out.empty() || out == "-" || is_directory_target(out)) return;
+  const auto by_ext = format_from_extension(out);
+  const auto by_flag = parse_format(flag);
+  if (by_ext && by_flag && *by_ext != *by_flag)
+    throw Error(ErrorKind::Usage, "--format " + flag + " contradicts the output name " + out);
 }
 
 TokenFile read_token_input(const std::string& path, bool recover) {
@@ -222,12 +232,7 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
 }
 
 int App::encode(const EncodeOptions& o) {
-  if (!o.format.empty() && !o.out.empty() && o.out != "-" && !is_directory_target(o.out)) {
-    const auto by_ext = format_from_extension(o.out);
-    const auto flag = parse_format(o.format);
-    if (by_ext && flag && *by_ext != *flag)
-      throw Error(ErrorKind::Usage, "--format " + o.format + " contradicts the output name " + o.out);
-  }
+  check_format_matches_output(o.format, o.out);
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format describes a --stream input; add --stream (files carry their own header)");
   if (o.stream) {
@@ -539,12 +544,7 @@ int App::info(const std::vector<std::string>& files) {
 
 int App::convert(const ConvertOptions& o) {
   if (o.out.empty()) throw Error(ErrorKind::Usage, "convert needs -o OUTPUT");
-  if (!o.format.empty() && o.out != "-" && !is_directory_target(o.out)) {
-    const auto by_ext = format_from_extension(o.out);
-    const auto flag = parse_format(o.format);
-    if (by_ext && flag && *by_ext != *flag)
-      throw Error(ErrorKind::Usage, "--format " + o.format + " contradicts the output name " + o.out);
-  }
+  check_format_matches_output(o.format, o.out);
   set_protected_inputs({o.input});
   TokenFile t = read_token_input(o.input, o.recover);
   const TokenFormat fmt = token_format_for(o.format, o.out);

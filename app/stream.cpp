@@ -17,6 +17,7 @@
 #include "app/file_io.h"
 #include "app/mimi_container.h"
 #include "app/pcm_stream.h"
+#include "app/token_file.h"
 #include "codec/error.h"
 
 namespace mimi::app {
@@ -59,25 +60,6 @@ PcmLayout parse_raw(const RawFormat& r) {
 
 // A text token line longer than this is not a frame (32 codes of 5 digits take 192 bytes).
 constexpr size_t kMaxTextLine = 64 << 10;
-
-// Parses one text frame "c0 c1 ... c{n-1}" (spaces/tabs, optional \r) into `frame`; false for a
-// blank or comment line. Throws Error(Input) for anything else.
-bool parse_text_frame(const char* b, const char* e, std::vector<int32_t>& frame, const std::string& what, int64_t line) {
-  frame.clear();
-  const char* p = b;
-  while (p < e && (*p == ' ' || *p == '\t' || *p == '\r')) ++p;
-  if (p == e || *p == '#') return false;
-  while (p < e) {
-    int32_t v = 0;
-    const auto r = std::from_chars(p, e, v);
-    if (r.ec != std::errc() || (r.ptr < e && *r.ptr != ' ' && *r.ptr != '\t' && *r.ptr != '\r'))
-      throw Error(ErrorKind::Input, what + ": line " + std::to_string(line) + ": not a list of integer codes");
-    frame.push_back(v);
-    p = r.ptr;
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r')) ++p;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -204,20 +186,10 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
   const bool f32 = o.sample_format == "f32" || o.raw_sample == "f32le";
   const int bytes_per = f32 ? 4 : 2;
   const bool wav = o.raw_sample.empty();
-  // WAV header with unknown sizes (0xFFFFFFFF); a regular output file gets the real sizes at the end.
-  uint8_t wav_header[44] = {'R', 'I', 'F', 'F', 0xff, 0xff, 0xff, 0xff, 'W', 'A', 'V', 'E', 'f', 'm', 't', ' ', 16, 0, 0, 0};
-  if (wav) {
-    const uint16_t tag = f32 ? 3 : 1, ch = 1, align = uint16_t(bytes_per), bps = uint16_t(8 * bytes_per);
-    const uint32_t rate = uint32_t(c.sample_rate), byte_rate = rate * uint32_t(bytes_per);
-    std::memcpy(wav_header + 20, &tag, 2);
-    std::memcpy(wav_header + 22, &ch, 2);
-    std::memcpy(wav_header + 24, &rate, 4);
-    std::memcpy(wav_header + 28, &byte_rate, 4);
-    std::memcpy(wav_header + 32, &align, 2);
-    std::memcpy(wav_header + 34, &bps, 2);
-    std::memcpy(wav_header + 36, "data", 4);
-    std::memset(wav_header + 40, 0xff, 4);
-    out.write(wav_header, 44);
+  const SampleFormat sf = f32 ? SampleFormat::F32 : SampleFormat::S16;
+  if (wav) {  // sizes unknown until the end: a regular output file gets the real ones then
+    const std::vector<uint8_t> h = wav_stream_header(c.sample_rate, sf, -1);
+    out.write(h.data(), h.size());
   }
   StreamStats st;
   DecodePlan* plan = nullptr;
@@ -320,11 +292,8 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
   }
   if (st.frames == 0) throw Error(ErrorKind::Input, what + ": no frames in the token stream");
   if (wav && out.seekable()) {  // a file: the real sizes
-    const uint64_t data = uint64_t(st.samples) * uint64_t(bytes_per);
-    if (data <= 0xFFFFFFFFull - 36) {
-      const uint32_t data32 = uint32_t(data), riff32 = data32 + 36;
-      if (::pwrite(out.fd(), &riff32, 4, 4) != 4 || ::pwrite(out.fd(), &data32, 4, 40) != 4) out.fail(errno);
-    }
+    const std::vector<uint8_t> h = wav_stream_header(c.sample_rate, sf, st.samples);
+    if (::pwrite(out.fd(), h.data(), h.size(), 0) != ssize_t(h.size())) out.fail(errno);
   }
   out.commit();
   return st;

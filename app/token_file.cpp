@@ -1,10 +1,10 @@
 #include "app/token_file.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "app/mimi_container.h"
 #include "codec/error.h"
@@ -201,30 +201,24 @@ std::vector<uint8_t> write_text(const TokenFile& t) {
 }
 
 TokenFile read_text(const std::vector<uint8_t>& b, const std::string& what) {
-  std::vector<int32_t> frame_major;
+  std::vector<int32_t> frame_major, frame;
   int n_q = -1;
   int64_t frames = 0, line_no = 0;
-  std::istringstream in(std::string(b.begin(), b.end()));
-  std::string line;
-  while (std::getline(in, line)) {
+  const char* p = reinterpret_cast<const char*>(b.data());
+  const char* const end = p + b.size();
+  while (p < end) {
+    const char* nl = std::find(p, end, '\n');
     ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
-    std::istringstream ls(line);
-    int count = 0;
-    std::string tok;
-    while (ls >> tok) {
-      int32_t v;
-      auto r = std::from_chars(tok.data(), tok.data() + tok.size(), v);
-      if (r.ec != std::errc() || r.ptr != tok.data() + tok.size())
-        bad(what, "line " + std::to_string(line_no) + ": '" + tok.substr(0, 24) + "' is not an integer");
-      frame_major.push_back(v);
-      ++count;
-    }
+    const bool is_frame = parse_text_frame(p, nl, frame, what, line_no);
+    p = nl == end ? end : nl + 1;
+    if (!is_frame) continue;
+    const int count = int(std::min<size_t>(frame.size(), INT32_MAX));
     if (count > 1024) bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes (at most 1024)");
     if (n_q < 0) n_q = count;
     if (count != n_q)
       bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes, earlier lines " +
                     std::to_string(n_q));
+    frame_major.insert(frame_major.end(), frame.begin(), frame.end());
     ++frames;
   }
   if (frames == 0) bad(what, "no frames in text token file");
@@ -263,6 +257,27 @@ TokenFile read_st(const std::vector<uint8_t>& b, const std::string& what) {
 }
 
 }  // namespace
+
+bool parse_text_frame(const char* b, const char* e, std::vector<int32_t>& frame, const std::string& what,
+                      int64_t line) {
+  frame.clear();
+  if (b < e && *b == '#') return false;  // a comment line
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
+  for (const char* p = b;;) {
+    while (p < e && blank(*p)) ++p;
+    if (p == e) break;
+    const char* q = p;
+    while (q < e && !blank(*q)) ++q;  // one token: [p, q)
+    int32_t v = 0;
+    const auto r = std::from_chars(p, q, v);
+    if (r.ec != std::errc() || r.ptr != q)
+      bad(what, "line " + std::to_string(line) + ": '" + std::string(p, size_t(std::min<ptrdiff_t>(q - p, 24))) +
+                    "' is not an integer");
+    frame.push_back(v);
+    p = q;
+  }
+  return !frame.empty();
+}
 
 const char* format_name(TokenFormat f) {
   switch (f) {

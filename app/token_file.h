@@ -51,4 +51,11 @@ TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const st
 
 nlohmann::json meta_to_json(const TokenMeta& m);
 
+// One line of a text token file or stream, [b, e) without its '\n': whitespace-separated integer
+// codes into `frame`. False for a blank line or a comment ('#' in the first column); throws
+// Error(Input) naming `what`, the line and the token for anything else. The one grammar of both
+// the file reader and `decode --stream`.
+bool parse_text_frame(const char* b, const char* e, std::vector<int32_t>& frame, const std::string& what,
+                      int64_t line);
+
 }  // namespace mimi::app
