@@ -12,10 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "app/file_io.h"
+#include "app/pipeline.h"
 #include "app/progress.h"
 #include "app/stream.h"
 #include "app/weights_locate.h"
 #include "codec/error.h"
+#include "kernels/cpu/cpu_budget.h"
+#include "kernels/cpu/gemm.h"
 #include "codec/test_weights.h"
 #include "codec/weights.h"
 
@@ -92,52 +95,6 @@ TokenFile read_token_input(const std::string& path, bool recover) {
   return t;
 }
 
-struct EncodedAudio {
-  Codes codes;
-  int64_t samples = 0;  // at the model rate
-  double compute = 0;   // seconds in the engine
-  int source_rate = 0, source_channels = 0;
-};
-
-// An audio file (or "-") to codes, block by block in constant memory: the channels averaged
-// (channel -1) or one of them, resampled to the model rate, encoded as it arrives.
-EncodedAudio encode_audio(Engine& eng, const std::string& in, int n_q, int channel, bool quiet) {
-  AudioReader reader(in);
-  StreamResampler rs(reader.sample_rate(), eng.config().sample_rate);
-  EncoderSession session(eng, n_q);
-  EncodedAudio a;
-  a.source_rate = reader.sample_rate();
-  a.source_channels = reader.channels();
-  const int nch = reader.channels();
-  std::vector<float> block, mono, pcm;
-  Progress bar(in, reader.frames(), double(reader.frames()) / reader.sample_rate(), !quiet);
-  auto feed = [&] {
-    const double c0 = now();
-    if (!pcm.empty()) session.feed(pcm.data(), int64_t(pcm.size()));
-    a.compute += now() - c0;
-    pcm.clear();
-  };
-  const std::string what = in == "-" ? "stdin" : in;
-  int64_t got, read_frames = 0;
-  while ((got = reader.read(block, 1 << 16)) > 0) {
-    mono.resize(size_t(got));
-    downmix(block.data(), got, nch, channel, mono.data(), read_frames, reader.sample_rate(), what);
-    bar.update(read_frames += got);
-    rs.process(mono.data(), mono.size(), pcm);
-    feed();
-  }
-  if (const std::string s = reader.shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
-  rs.process(nullptr, 0, pcm);
-  feed();
-  bar.finish();
-  if (session.samples() == 0) throw Error(ErrorKind::Input, what + ": no audio samples");
-  a.samples = session.samples();
-  const double c0 = now();
-  a.codes = session.finish();
-  a.compute += now() - c0;
-  return a;
-}
-
 }  // namespace
 
 int exit_code_for(ErrorKind k) {
@@ -154,20 +111,9 @@ int exit_code_for(ErrorKind k) {
 
 Engine& App::engine() {
   if (engine_) return *engine_;
-  const double t0 = now();
-  const std::string path = locate_weights(common_.weights);
-  LoadOptions lo;
-  if (!common_.config.empty()) lo.config_path = common_.config;
-  std::string origin;
-  resolve_config(path, lo, &origin);
-  auto model = load_model(path, lo);
-  EngineOptions eo;
-  eo.device = Device::parse(common_.device);
-  eo.threads = common_.threads;
-  engine_ = std::make_unique<Engine>(model, eo);
-  load_seconds_ = now() - t0;
-  spdlog::debug("weights {} ({} dialect, config from {}, fingerprint {}) loaded in {:.2f} s", path,
-                dialect_name(model->dialect), origin, model->fingerprint, load_seconds_);
+  LoadedEngine le = make_engine({common_.weights, common_.config, common_.device, common_.threads});
+  load_seconds_ = le.load_seconds;
+  engine_ = std::move(le.engine);
   return *engine_;
 }
 
@@ -469,6 +415,16 @@ int App::roundtrip(const DecodeOptions& o) {
 }
 
 int App::info(const std::vector<std::string>& files) {
+  if (files.empty()) {  // the build and what it can run on
+    nlohmann::json devs = nlohmann::json::array();
+    for (const DeviceDescription& d : list_devices())
+      devs.push_back({{"device", d.device.str()}, {"name", d.name}, {"emulated", d.emulated}});
+    const nlohmann::json j = {{"kind", "build"}, {"version", MIMI_VERSION}, {"cpu_isa", cpu::gemm_isa()},
+                              {"cpu_threads", cpu::default_num_threads()}, {"gpu_backend", gpu_backend()},
+                              {"devices", devs}};
+    std::cout << j.dump(common_.json ? -1 : 2) << std::endl;
+    return kOk;
+  }
   int code = kOk;
   for (const std::string& f : files) {
     try {

@@ -109,8 +109,9 @@ int main(int argc, char** argv) {
   add_decode_outputs(r, rt);
   add_common(r, common);
 
-  CLI::App* i = app.add_subcommand("info", "Describe token files or weights files, as JSON");
-  i->add_option("files", info_files, "Token or weights files")->required();
+  CLI::App* i = app.add_subcommand("info", "Describe token, weights or audio files as JSON; with no file, this build "
+                                          "and its devices (an emulated GPU says so)");
+  i->add_option("files", info_files, "Token, weights or audio files");
   add_common(i, common);
 
   CLI::App* c = app.add_subcommand("convert", "Convert a token file to another token format (lossless)");

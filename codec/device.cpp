@@ -82,4 +82,36 @@ const Kernels& kernels_for(const Device& d) {
   }
 }
 
+std::string gpu_backend() {
+#ifdef MIMI_WITH_GPU_KERNELS
+  return gpu::emulated() ? std::string(gpu::vendor()) + " (emulated on CPU threads: MIMI_GPU_EMULATE build)"
+                         : std::string(gpu::vendor());
+#else
+  return "none";
+#endif
+}
+
+std::vector<DeviceDescription> list_devices() {
+  std::vector<DeviceDescription> out{{Device{}, "CPU kernels", false}, {Device{Device::Kind::Ref, 0}, "naive reference kernels", false}};
+#ifdef MIMI_WITH_GPU_KERNELS
+  const Device::Kind kind = std::string(gpu::vendor()) == "HIP" ? Device::Kind::Hip : Device::Kind::Cuda;
+  for (int i = 0, n = gpu::device_count(); i < n; ++i) {
+    std::string name;
+    try {
+      name = gpu::device_name(i);
+    } catch (const Error& e) {
+      name = std::string("unreadable: ") + e.what();
+    }
+    out.push_back({Device{kind, i}, name, gpu::emulated()});
+  }
+#endif
+  return out;
+}
+
+std::string describe(const Device& d) {
+  for (const DeviceDescription& dd : list_devices())
+    if (dd.device == d) return d.str() + " (" + dd.name + ")";
+  return d.str();
+}
+
 }  // namespace mimi

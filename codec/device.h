@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 
@@ -52,5 +53,16 @@ struct Kernels {
 // Throws Error(Device) for a backend this build lacks or a device that is not present:
 // a device that was asked for is never silently replaced.
 const Kernels& kernels_for(const Device& d);
+
+// What this build can run on, for `mimi info` and --verbose: an emulated GPU (MIMI_GPU_EMULATE)
+// says so in its name and in `emulated`, so nobody mistakes it for a GPU.
+struct DeviceDescription {
+  Device device;
+  std::string name;
+  bool emulated = false;
+};
+std::string gpu_backend();                     // "CUDA", "HIP", "CUDA (emulated ...)" or "none"
+std::vector<DeviceDescription> list_devices();  // cpu, ref, then every GPU present (never throws)
+std::string describe(const Device& d);          // "cuda:0 (NVIDIA H200)"; the bare id when unknown
 
 }  // namespace mimi

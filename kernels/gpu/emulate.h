@@ -85,6 +85,13 @@ enum cudaMemcpyKind {
 using cudaStream_t = struct mimi_emu_stream*;
 using cudaEvent_t = struct mimi_emu_event*;
 
+// The fields of the runtime's device properties that mimi reads.
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem, sharedMemPerBlock;
+  int warpSize, maxThreadsPerBlock, multiProcessorCount, major, minor;
+};
+
 namespace mimi_emu {
 
 inline int warp_size() {
@@ -483,6 +490,16 @@ inline cudaError_t MemsetAsync(void* p, int value, size_t bytes, cudaStream_t = 
 inline cudaError_t DeviceSynchronize() { return cudaSuccess; }  // every launch is synchronous
 inline cudaError_t GetDeviceCount(int* n) {
   *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t GetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d != 0) return set_error(cudaErrorInvalidDevice);
+  *p = {};
+  std::snprintf(p->name, sizeof p->name, "mimi GPU emulator (CPU threads, warp %d): not a GPU", warp_size());
+  p->sharedMemPerBlock = 48 << 10;
+  p->warpSize = warp_size();
+  p->maxThreadsPerBlock = 1024;
+  p->multiProcessorCount = 1;
   return cudaSuccess;
 }
 inline cudaError_t SetDevice(int d) {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/ops.h"
 
@@ -15,6 +16,9 @@ MIMI_DECLARE_MEMORY_OPS  // device memory
 
 int device_count();  // 0 when there is no usable device (never throws)
 void set_device(int index);
+std::string device_name(int index);  // the runtime's name for it; throws Error(Device)
+// True in a MIMI_GPU_EMULATE build: the "device" is the CPU emulator of kernels/gpu/emulate.h.
+bool emulated();
 void synchronize();
 // "CUDA" or "HIP": the vendor this backend was compiled for.
 const char* vendor();

@@ -12,6 +12,20 @@ int device_count() {
   return n;
 }
 
+std::string device_name(int index) {
+  gpuDeviceProp prop{};
+  check(gpuGetDeviceProperties(&prop, index), "device properties");
+  return prop.name;
+}
+
+bool emulated() {
+#if defined(MIMI_GPU_EMULATE)
+  return true;
+#else
+  return false;
+#endif
+}
+
 void set_device(int index) { check(gpuSetDevice(index), "set device"); }
 
 namespace {

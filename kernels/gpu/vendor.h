@@ -28,6 +28,8 @@
 #define gpuSetDevice mimi_emu::SetDevice
 #define gpuGetLastError mimi_emu::GetLastError
 #define gpuGetErrorString mimi_emu::GetErrorString
+#define gpuDeviceProp cudaDeviceProp
+#define gpuGetDeviceProperties mimi_emu::GetDeviceProperties
 // kernel<<<grid, block, shmem, stream>>>(args...)
 #define MIMI_LAUNCH(kernel, grid, block, shmem, stream, ...) \
   ::mimi_emu::launch(#kernel, kernel, dim3(grid), dim3(block), size_t(shmem), stream, __VA_ARGS__)
@@ -50,6 +52,8 @@
 #define gpuSetDevice hipSetDevice
 #define gpuGetLastError hipGetLastError
 #define gpuGetErrorString hipGetErrorString
+#define gpuDeviceProp hipDeviceProp_t
+#define gpuGetDeviceProperties hipGetDeviceProperties
 #else
 #include <cuda_runtime.h>
 #define gpuError_t cudaError_t
@@ -67,6 +71,8 @@
 #define gpuSetDevice cudaSetDevice
 #define gpuGetLastError cudaGetLastError
 #define gpuGetErrorString cudaGetErrorString
+#define gpuDeviceProp cudaDeviceProp
+#define gpuGetDeviceProperties cudaGetDeviceProperties
 #endif
 
 #if !defined(MIMI_GPU_EMULATE)
