@@ -3,7 +3,9 @@
 # line for the whole run ("N passed, N failed, N skipped"); exits non-zero when anything failed.
 #   1. HIP backend, compile only (scripts/build-hip.sh; skipped without hipcc)
 #   2. ASan+UBSan build running the fast suites (scripts/test-sanitize.sh)
-#   3. the GPU kernels on CPU threads (MIMI_GPU_EMULATE): kernel sweeps, small golden configs
+#   3. the GPU kernels on CPU threads (MIMI_GPU_EMULATE): the emulator's own tests (warp 32 and 64,
+#      graphs), kernel sweeps, golden tiny/tiny-window and full on its short cases, streaming and
+#      the CLI on --device cuda; then the kernel tests again under ThreadSanitizer (test-tsan.sh)
 #   4. fuzz smoke: every libFuzzer target (tests/fuzz/) for 20 s from its seeds
 #   5. the main build and its whole ctest suite (kernels, weights, engine, golden parity for tiny /
 #      tiny-window / full in both weight dialects, streaming, CLI, bad-input catalogue) - last, so
@@ -22,10 +24,13 @@ if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
   # emulate.h): the kernel sweeps against kernels/ref and the small golden configs on the device plans.
   emu_build() {
     cmake -S . -B build-gpu-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_GPU_EMULATE=ON -DMIMI_CUDA=OFF >/dev/null &&
-      cmake --build build-gpu-emu -j "${MIMI_JOBS:-2}" --target test_gpu_kernels test_golden
+      cmake --build build-gpu-emu -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels test_gpu_emulator test_golden \
+        test_streaming test_cli_gpu
   }
   step "emulated GPU build" emu_build &&
-    suite emulated-gpu build-gpu-emu --output-on-failure -R '^(gpu_kernels|golden_gpu_tiny)$'
+    suite emulated-gpu build-gpu-emu --output-on-failure \
+      -R '^(gpu_kernels|gpu_emulator|gpu_emulator_warp64|golden_gpu_tiny|golden_gpu_full_short|streaming_gpu|cli_gpu)$'
+  bash scripts/test-tsan.sh  # the same kernels under ThreadSanitizer; records its own steps
   # One count per target (fuzz.sh records them); a build failure before any target counts as one.
   before=$(wc -l <"$MIMI_SUITE_COUNTS")
   echo "=== fuzz smoke (every libFuzzer target, 20 s each)"

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "codec/error.h"
 #include "support/golden.h"
 
 using namespace mimi;
@@ -96,6 +97,25 @@ TEST_CASE("streaming: full/len48123 (odd final frame) equals the official offlin
 // What a GPU plan does (device memory ops, composed resblocks), in chunks, on the CPU kernels.
 TEST_CASE("streaming: the device code path in chunks (full/len48123)") {
   golden_streaming("full", "len48123", {1, 3, 50}, cpu_as_device());
+}
+// The same on the GPU kernels (whichever backend this build has, the emulated one included): the
+// window-crossing tiny-window case and a full-size one; exits 77 (skipped) without a device.
+TEST_CASE("streaming gpu: the device kernels in chunks (tiny-window/long_speech, full/len1921)") {
+  const Kernels* gpu = nullptr;
+  for (const char* d : {"cuda", "hip"}) {
+    try {
+      gpu = &kernels_for(Device::parse(d));
+      break;
+    } catch (const Error&) {
+    }
+  }
+  if (!gpu) {
+    std::printf("SKIPPED: no CUDA or HIP device; streaming did not run on a GPU\n");
+    std::fflush(stdout);
+    std::_Exit(77);
+  }
+  golden_streaming("tiny-window", "long_speech", {1, 7, 50}, *gpu);
+  golden_streaming("full", "len1921", {1, 2}, *gpu);
 }
 TEST_CASE("streaming: tiny-window/long_speech (487 of 492 steps at a full window)") {
   golden_streaming("tiny-window", "long_speech");

@@ -18,7 +18,14 @@
 //   - device memory is host memory (malloc); the runtime calls check that device-side ranges
 //     lie inside one allocation (cudaErrorInvalidValue otherwise).
 //   - the emulated device answers as one CUDA device (GetDeviceCount = 1).
-//   - warpSize is 32, or 64 with MIMI_EMU_WARP=64 (the kernels use no warp intrinsics yet).
+//   - warpSize is 32, or 64 with MIMI_EMU_WARP=64 (HIP's wave64). Warp operations (__shfl*_sync,
+//     __ballot/__any/__all_sync, __syncwarp) meet on a per-warp barrier and check their mask
+//     (it must hold the caller and name only lanes the block has; a read from a lane outside it
+//     gives all-ones bytes, the emulator's "undefined");
+//     atomics go through std::atomic_ref. Both use atomics, so ThreadSanitizer (threads mode)
+//     reports a missing __syncthreads()/__syncwarp() as the data race it is.
+//   - graph capture (emulate_runtime.h): launches and async copies on a capturing stream are
+//     recorded and replayed by GraphLaunch; calls a capture forbids fail as on a GPU.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +43,7 @@
 #include <semaphore>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <ucontext.h>
 #include <utility>
 #include <vector>
@@ -74,7 +82,14 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
 };
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1, cudaStreamCaptureStatusInvalidated = 2 };
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
   cudaMemcpyHostToDevice = 1,
@@ -82,8 +97,22 @@ enum cudaMemcpyKind {
   cudaMemcpyDeviceToDevice = 3,
   cudaMemcpyDefault = 4,
 };
-using cudaStream_t = struct mimi_emu_stream*;
+// A created stream (StreamCreate; nullptr is the legacy stream 0). While it is being captured
+// (emulate_runtime.h) the work submitted to it is recorded here instead of run.
+struct mimi_emu_stream {
+  bool invalidated = false;  // a forbidden call happened during the capture
+  std::vector<std::function<void()>> recorded;
+};
+struct mimi_emu_graph {  // what a capture recorded, in submission order
+  std::vector<std::function<void()>> work;
+};
+struct mimi_emu_graph_exec {
+  std::vector<std::function<void()>> work;
+};
+using cudaStream_t = mimi_emu_stream*;
 using cudaEvent_t = struct mimi_emu_event*;
+using cudaGraph_t = mimi_emu_graph*;
+using cudaGraphExec_t = mimi_emu_graph_exec*;
 
 // The fields of the runtime's device properties that mimi reads.
 struct cudaDeviceProp {
@@ -115,6 +144,7 @@ struct State {
   cudaError_t last = cudaSuccess;        // sticky until GetLastError
   int device = 0;
   std::recursive_mutex launch;           // one launch/copy at a time
+  cudaStream_t capturing = nullptr;      // the stream being captured, if any
 };
 inline State& state() {
   static State s;
@@ -137,6 +167,26 @@ inline bool on_device(const void* p, size_t bytes) {
   return a >= it->first && a + bytes <= it->first + it->second;
 }
 
+// Work submitted to stream s (a launch, an async copy or memset, a graph): run now, or recorded
+// when s is being captured. Work for another stream while a capture is under way is what the
+// real runtime refuses in global capture mode: it invalidates the capture and fails.
+inline cudaError_t submit(cudaStream_t s, std::function<void()> work) {
+  {
+    std::lock_guard lk(state().m);
+    if (cudaStream_t cap = state().capturing) {
+      if (s == cap) {
+        cap->recorded.push_back(std::move(work));
+        return cudaSuccess;
+      }
+      cap->invalidated = true;
+      state().last = cudaErrorStreamCaptureImplicit;
+      return cudaErrorStreamCaptureImplicit;
+    }
+  }
+  work();
+  return cudaSuccess;
+}
+
 // --- block execution ---------------------------------------------------------------------------
 // How the threads of a block run (env MIMI_EMU_EXEC):
 //   threads (default)  one OS thread per GPU thread (a pool of std::threads): real concurrency,
@@ -153,7 +203,12 @@ enum class Exec { Threads, Fibers, Sequential };
 inline Exec exec_mode() {
   static const Exec e = [] {
     const char* v = std::getenv("MIMI_EMU_EXEC");
+#if defined(__SANITIZE_THREAD__)
+    (void)v;
+    return Exec::Threads;  // TSan cannot follow the fibers' stack switches
+#else
     return v && std::strncmp(v, "fibers", 6) == 0 ? Exec::Fibers : Exec::Threads;
+#endif
   }();
   return e;
 }
@@ -165,7 +220,20 @@ inline bool sequential_shortcut() {
   return on;
 }
 
-struct Block {  // the running block: its barrier and dynamic shared memory
+using LaneMask = unsigned long long;  // a warp's lanes (64 bits: the HIP wave64 case)
+
+// A warp's meeting place for warp operations (shuffles, votes, __syncwarp): the lanes of an
+// operation write their value, meet, read, and meet again before the area is reused. The
+// meetings are a barrier on atomics like the block's, so ThreadSanitizer sees them.
+struct Warp {
+  std::atomic<unsigned> arrived{0};
+  std::atomic<uint32_t> generation{0};
+  std::atomic<LaneMask> exited{0};   // lanes that returned
+  std::atomic<LaneMask> waiting{0};  // the mask of the operation under way (0: none)
+  uint64_t values[64] = {};
+};
+
+struct Block {  // the running block: its barriers and dynamic shared memory
   const char* kernel = nullptr;
   unsigned n = 0;  // threads in the block
   Exec exec = Exec::Threads;
@@ -175,6 +243,7 @@ struct Block {  // the running block: its barrier and dynamic shared memory
   std::atomic<unsigned> arrived{0}, exited{0}, syncs{0};
   std::atomic<uint32_t> generation{0};
   std::vector<unsigned char> dynamic;
+  std::unique_ptr<Warp[]> warps;  // ceil(n / warpSize)
 };
 inline thread_local Block* current_block = nullptr;
 
@@ -203,10 +272,90 @@ inline void sync_threads() {
   }
 }
 
-inline void thread_exit(Block* b) {
+inline void thread_exit(Block* b, unsigned tid) {
   b->exited.fetch_add(1);
   if (b->arrived.load() > 0)
     die(b->kernel, "a thread returned while others wait at __syncthreads() (divergent barrier)");
+  Warp& w = b->warps[tid / unsigned(warp_size())];
+  const LaneMask me = 1ull << (tid % unsigned(warp_size()));
+  w.exited.fetch_or(me);
+  if (w.waiting.load() & me)
+    die(b->kernel, "a lane returned while others of its warp wait in a warp operation (divergent warp operation)");
+}
+
+// --- warp operations (the CUDA/HIP functions themselves are at the end of this header) -----
+struct WarpCall {
+  Block* b;
+  Warp* w;
+  unsigned lane;
+  LaneMask mask;
+};
+inline unsigned linear_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+
+// The calling lane enters an operation over `mask`; checks what a GPU leaves undefined.
+inline WarpCall warp_enter(LaneMask mask) {
+  Block* b = current_block;
+  if (!b) die("?", "warp operation outside a kernel");
+  if (b->exec == Exec::Sequential)
+    die(b->kernel, "warp operation in a kernel that ran barrier-free in its first blocks; rerun with "
+                   "MIMI_EMU_EXEC=threads-all or fibers-all");
+  b->syncs.fetch_add(1, std::memory_order_relaxed);  // lanes must run concurrently from now on
+  const unsigned W = unsigned(warp_size()), t = linear_tid(), lane = t % W, live = std::min(W, b->n - (t - lane));
+  const LaneMask existing = live == 64 ? ~0ull : (1ull << live) - 1;
+  if (!((mask >> lane) & 1)) die(b->kernel, "a warp operation's mask leaves out the calling lane");
+  if (mask & ~existing)
+    die(b->kernel, "a warp operation's mask names lanes this block does not have (partial last warp, or a "
+                   "32-lane mask on a 64-lane warp)");
+  return {b, &b->warps[t / W], lane, mask};
+}
+// Every lane of the mask arrives before any leaves.
+inline void warp_meet(const WarpCall& c) {
+  Warp& w = *c.w;
+  const unsigned n = unsigned(__builtin_popcountll(c.mask));
+  const uint32_t g = w.generation.load();
+  w.waiting.fetch_or(c.mask);
+  if (w.arrived.fetch_add(1) + 1 == n) {
+    w.arrived.store(0);
+    w.waiting.store(0);
+    w.generation.fetch_add(1);
+    if (c.b->exec == Exec::Threads) w.generation.notify_all();
+    return;
+  }
+  if (w.exited.load() & c.mask)
+    die(c.b->kernel, "a warp operation's mask names a lane that returned (divergent warp operation)");
+  if (c.b->exec == Exec::Fibers) {
+    while (w.generation.load() == g) fiber_wait();
+  } else {
+    while (w.generation.load() == g) w.generation.wait(g);
+  }
+}
+// Each lane publishes `v`; returns what lane src_of(lane) published.
+template <class T, class SrcOf>
+T warp_exchange(LaneMask mask, T v, SrcOf src_of) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "warp operations move up to 8 bytes");
+  const WarpCall c = warp_enter(mask);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  c.w->values[c.lane] = bits;
+  warp_meet(c);
+  const unsigned src = src_of(c.lane);
+  // A source lane outside the mask gives an undefined value on a GPU: here all-ones bytes (NaN, -1).
+  const uint64_t got = src < 64 && ((mask >> src) & 1) ? c.w->values[src] : ~0ull;
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  warp_meet(c);
+  return out;
+}
+// The mask of lanes whose `pred` is true, over the lanes of `mask`.
+inline LaneMask warp_vote(LaneMask mask, bool pred) {
+  const WarpCall c = warp_enter(mask);
+  c.w->values[c.lane] = pred;
+  warp_meet(c);
+  LaneMask out = 0;
+  for (unsigned l = 0; l < 64; ++l)
+    if (((mask >> l) & 1) && c.w->values[l]) out |= 1ull << l;
+  warp_meet(c);
+  return out;
 }
 
 // The pool: worker i runs GPU thread i of every block.
@@ -335,7 +484,8 @@ struct Fibers {
   void set_thread(unsigned lane) {
     threadIdx = uint3{lane % block.x, (lane / block.x) % block.y, lane / (block.x * block.y)};
   }
-  void run(unsigned n, dim3 blk, const std::function<void(unsigned)>& j) {
+  // `b` is current_block for every fiber: one that finished clears it, the others get it back.
+  void run(unsigned n, dim3 blk, Block* b, const std::function<void(unsigned)>& j) {
     job = &j;
     block = blk;
     while (stacks.size() < n) stacks.emplace_back(new char[kStack]);  // untouched until used
@@ -347,6 +497,7 @@ struct Fibers {
         if (done[i]) continue;
         current = i;
         set_thread(i);
+        current_block = b;
         FiberContext::jump(sched, ctx[i]);
         if (done[i]) --left;
       }
@@ -371,22 +522,16 @@ inline std::map<const void*, KernelStats>& kernel_stats() {
 
 constexpr size_t kMaxDynamicShared = 48 * 1024;
 
-template <class... Params, class... Args>
-void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t,
-            Args&&... args) {
+// Runs every block of a grid (after launch() checked the configuration).
+template <class... Params, class Tuple>
+void run_grid(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, const Tuple& params) {
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0 || threads > 1024 ||
-      block.z > 64 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 || shared > kMaxDynamicShared) {
-    set_error(cudaErrorInvalidConfiguration);
-    return;
-  }
-  // The parameters are copied once, like a real launch; every thread calls the kernel with them.
-  const std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
   std::lock_guard lk(state().launch);
   KernelStats& stats = kernel_stats()[reinterpret_cast<const void*>(kernel)];
   Block b;
   b.kernel = name;
   b.n = unsigned(threads);
+  b.warps.reset(new Warp[(b.n + unsigned(warp_size()) - 1) / unsigned(warp_size())]);
   uint3 bid;
   const std::function<void(unsigned)> job = [&](unsigned lane) {
     threadIdx = uint3{lane % block.x, (lane / block.x) % block.y, lane / (block.x * block.y)};
@@ -396,7 +541,7 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
     current_block = &b;
     std::apply(kernel, params);
     current_block = nullptr;
-    thread_exit(&b);
+    thread_exit(&b, lane);
   };
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
@@ -413,12 +558,28 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
         }
         b.exec = exec_mode();
         if (b.exec == Exec::Fibers)
-          Fibers::get().run(b.n, block, job);
+          Fibers::get().run(b.n, block, &b, job);
         else
           Pool::get().run(b.n, job);
         ++stats.blocks;
         stats.barriers = stats.barriers || b.syncs > 0;
       }
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...): the configuration is checked as the real
+// runtime does (a bad launch runs nothing and reports cudaErrorInvalidConfiguration through
+// GetLastError); the parameters are copied once, like a real launch (and kept by a capture).
+template <class... Params, class... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+            Args&&... args) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0 || threads > 1024 ||
+      block.z > 64 || grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535 || shared > kMaxDynamicShared) {
+    set_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
+  submit(stream, [=] { run_grid(name, kernel, grid, block, shared, params); });
 }
 
 inline void* dynamic_shared() {
@@ -427,126 +588,84 @@ inline void* dynamic_shared() {
   return b->dynamic.data();
 }
 
-// --- runtime API ----------------------------------------------------------------------------------
-inline cudaError_t Malloc(void** p, size_t bytes) {
-  void* q = std::malloc(bytes ? bytes : 1);
-  if (!q) return set_error(cudaErrorMemoryAllocation);
-  std::memset(q, 0xFF, bytes);  // NaN poison
-  std::lock_guard lk(state().m);
-  state().allocs[uintptr_t(q)] = bytes;
-  *p = q;
-  return cudaSuccess;
-}
-inline cudaError_t Free(void* p) {
-  if (!p) return cudaSuccess;
-  {
-    std::lock_guard lk(state().m);
-    if (!state().allocs.erase(uintptr_t(p))) {
-      state().last = cudaErrorInvalidValue;
-      return cudaErrorInvalidValue;
-    }
-  }
-  std::free(p);
-  return cudaSuccess;
-}
-inline bool side_ok(bool device, const void* p, size_t bytes) { return !device || bytes == 0 || on_device(p, bytes); }
-inline cudaError_t Memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  const bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if (!side_ok(dd, dst, bytes) || !side_ok(sd, src, bytes)) return set_error(cudaErrorInvalidValue);
-  std::lock_guard lk(state().launch);
-  if (bytes) std::memcpy(dst, src, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t Memcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
-                            cudaMemcpyKind kind) {
-  if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidValue);
-  if (height == 0 || width == 0) return cudaSuccess;
-  const bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if (!side_ok(dd, dst, dpitch * (height - 1) + width) || !side_ok(sd, src, spitch * (height - 1) + width))
-    return set_error(cudaErrorInvalidValue);
-  std::lock_guard lk(state().launch);
-  for (size_t r = 0; r < height; ++r)
-    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
-  return cudaSuccess;
-}
-inline cudaError_t Memcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                                 size_t height, cudaMemcpyKind kind, cudaStream_t = nullptr) {
-  return Memcpy2D(dst, dpitch, src, spitch, width, height, kind);
-}
-inline cudaError_t MemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t = nullptr) {
-  return Memcpy(dst, src, bytes, kind);
-}
-inline cudaError_t Memset(void* p, int value, size_t bytes) {
-  if (!side_ok(true, p, bytes)) return set_error(cudaErrorInvalidValue);
-  std::lock_guard lk(state().launch);
-  if (bytes) std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-inline cudaError_t MemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
-  return Memset(p, value, bytes);
-}
-inline cudaError_t DeviceSynchronize() { return cudaSuccess; }  // every launch is synchronous
-inline cudaError_t GetDeviceCount(int* n) {
-  *n = 1;
-  return cudaSuccess;
-}
-inline cudaError_t GetDeviceProperties(cudaDeviceProp* p, int d) {
-  if (d != 0) return set_error(cudaErrorInvalidDevice);
-  *p = {};
-  std::snprintf(p->name, sizeof p->name, "mimi GPU emulator (CPU threads, warp %d): not a GPU", warp_size());
-  p->sharedMemPerBlock = 48 << 10;
-  p->warpSize = warp_size();
-  p->maxThreadsPerBlock = 1024;
-  p->multiProcessorCount = 1;
-  return cudaSuccess;
-}
-inline cudaError_t SetDevice(int d) {
-  if (d != 0) return set_error(cudaErrorInvalidDevice);
-  return cudaSuccess;
-}
-inline cudaError_t GetDevice(int* d) {
-  *d = 0;
-  return cudaSuccess;
-}
-inline cudaError_t GetLastError() {
-  std::lock_guard lk(state().m);
-  const cudaError_t e = state().last;
-  state().last = cudaSuccess;
-  return e;
-}
-inline cudaError_t PeekAtLastError() {
-  std::lock_guard lk(state().m);
-  return state().last;
-}
-inline const char* GetErrorString(cudaError_t e) {
-  switch (e) {
-    case cudaSuccess: return "no error (emulated)";
-    case cudaErrorInvalidValue: return "invalid argument (emulated)";
-    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument (emulated)";
-    case cudaErrorInvalidDevice: return "invalid device ordinal (emulated)";
-  }
-  return "unknown error (emulated)";
-}
-// Streams and events: every operation is synchronous, so they only need to exist.
-inline cudaError_t StreamCreate(cudaStream_t* s) {
-  *s = nullptr;
-  return cudaSuccess;
-}
-inline cudaError_t StreamDestroy(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t StreamSynchronize(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t EventCreate(cudaEvent_t* e) {
-  *e = nullptr;
-  return cudaSuccess;
-}
-inline cudaError_t EventDestroy(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t EventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t EventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t StreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
-
 }  // namespace mimi_emu
+
+#include "kernels/gpu/emulate_runtime.h"  // memory, copies, streams, graph capture
 
 inline void __syncthreads() { mimi_emu::sync_threads(); }
 inline const int warpSize = mimi_emu::warp_size();
+
+// Warp operations with their CUDA names; the mask is 64 bits wide (HIP's) so that a 32-lane
+// mask on a 64-lane warp (MIMI_EMU_WARP=64) is caught. Sources outside a segment of `width`
+// lanes read the caller's own value, as on a GPU.
+inline mimi_emu::LaneMask mimi_emu_full_mask() { return warpSize == 64 ? ~0ull : 0xffffffffull; }
+template <class T>
+T __shfl_sync(mimi_emu::LaneMask mask, T var, int src, int width = warpSize) {
+  return mimi_emu::warp_exchange(mask, var, [&](unsigned lane) {
+    return (lane & ~unsigned(width - 1)) + (unsigned(src) & unsigned(width - 1));
+  });
+}
+template <class T>
+T __shfl_up_sync(mimi_emu::LaneMask mask, T var, unsigned delta, int width = warpSize) {
+  return mimi_emu::warp_exchange(mask, var, [&](unsigned lane) {
+    return (lane & unsigned(width - 1)) >= delta ? lane - delta : lane;
+  });
+}
+template <class T>
+T __shfl_down_sync(mimi_emu::LaneMask mask, T var, unsigned delta, int width = warpSize) {
+  return mimi_emu::warp_exchange(mask, var, [&](unsigned lane) {
+    return (lane & unsigned(width - 1)) + delta < unsigned(width) ? lane + delta : lane;
+  });
+}
+template <class T>
+T __shfl_xor_sync(mimi_emu::LaneMask mask, T var, int lane_mask, int width = warpSize) {
+  return mimi_emu::warp_exchange(mask, var, [&](unsigned lane) {
+    const unsigned src = lane ^ unsigned(lane_mask);
+    return (src & ~unsigned(width - 1)) == (lane & ~unsigned(width - 1)) ? src : lane;
+  });
+}
+inline mimi_emu::LaneMask __ballot_sync(mimi_emu::LaneMask mask, int pred) { return mimi_emu::warp_vote(mask, pred != 0); }
+inline int __any_sync(mimi_emu::LaneMask mask, int pred) { return mimi_emu::warp_vote(mask, pred != 0) != 0; }
+inline int __all_sync(mimi_emu::LaneMask mask, int pred) { return mimi_emu::warp_vote(mask, pred != 0) == mask; }
+inline void __syncwarp(mimi_emu::LaneMask mask = ~0ull) {
+  if (mask == ~0ull) mask = mimi_emu_full_mask();
+  (void)mimi_emu::warp_vote(mask, true);
+}
+
+// Atomics on device (or shared) memory, through std::atomic_ref (seq_cst): ThreadSanitizer sees them.
+#define MIMI_EMU_ATOMICS(T)                                                                              \
+  inline T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }                          \
+  inline T atomicSub(T* p, T v) { return std::atomic_ref<T>(*p).fetch_sub(v); }                          \
+  inline T atomicExch(T* p, T v) { return std::atomic_ref<T>(*p).exchange(v); }                          \
+  inline T atomicMax(T* p, T v) {                                                                        \
+    std::atomic_ref<T> a(*p);                                                                            \
+    T old = a.load();                                                                                    \
+    while (old < v && !a.compare_exchange_weak(old, v)) {                                                \
+    }                                                                                                    \
+    return old;                                                                                          \
+  }                                                                                                      \
+  inline T atomicMin(T* p, T v) {                                                                        \
+    std::atomic_ref<T> a(*p);                                                                            \
+    T old = a.load();                                                                                    \
+    while (v < old && !a.compare_exchange_weak(old, v)) {                                                \
+    }                                                                                                    \
+    return old;                                                                                          \
+  }
+MIMI_EMU_ATOMICS(int)
+MIMI_EMU_ATOMICS(unsigned)
+MIMI_EMU_ATOMICS(unsigned long long)
+MIMI_EMU_ATOMICS(float)
+MIMI_EMU_ATOMICS(double)
+#undef MIMI_EMU_ATOMICS
+#define MIMI_EMU_INT_ATOMICS(T)                                                                          \
+  inline T atomicCAS(T* p, T compare, T v) {                                                             \
+    std::atomic_ref<T>(*p).compare_exchange_strong(compare, v);                                          \
+    return compare;                                                                                      \
+  }                                                                                                      \
+  inline T atomicAnd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_and(v); }                          \
+  inline T atomicOr(T* p, T v) { return std::atomic_ref<T>(*p).fetch_or(v); }                            \
+  inline T atomicXor(T* p, T v) { return std::atomic_ref<T>(*p).fetch_xor(v); }
+MIMI_EMU_INT_ATOMICS(int)
+MIMI_EMU_INT_ATOMICS(unsigned)
+MIMI_EMU_INT_ATOMICS(unsigned long long)
+#undef MIMI_EMU_INT_ATOMICS

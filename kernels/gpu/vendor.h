@@ -30,6 +30,22 @@
 #define gpuGetErrorString mimi_emu::GetErrorString
 #define gpuDeviceProp cudaDeviceProp
 #define gpuGetDeviceProperties mimi_emu::GetDeviceProperties
+#define gpuStream_t cudaStream_t
+#define gpuStreamCreate mimi_emu::StreamCreate
+#define gpuStreamDestroy mimi_emu::StreamDestroy
+#define gpuStreamSynchronize mimi_emu::StreamSynchronize
+#define gpuStreamBeginCapture mimi_emu::StreamBeginCapture
+#define gpuStreamEndCapture mimi_emu::StreamEndCapture
+#define gpuStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
+#define gpuGraph_t cudaGraph_t
+#define gpuGraphExec_t cudaGraphExec_t
+#define gpuGraphInstantiate(exec, graph) mimi_emu::GraphInstantiate(exec, graph)
+#define gpuGraphLaunch mimi_emu::GraphLaunch
+#define gpuGraphExecDestroy mimi_emu::GraphExecDestroy
+#define gpuGraphDestroy mimi_emu::GraphDestroy
+#define gpuMemsetAsync mimi_emu::MemsetAsync
+#define gpuMemcpyAsync mimi_emu::MemcpyAsync
+#define MIMI_WARP_FULL_MASK mimi_emu_full_mask()
 // kernel<<<grid, block, shmem, stream>>>(args...)
 #define MIMI_LAUNCH(kernel, grid, block, shmem, stream, ...) \
   ::mimi_emu::launch(#kernel, kernel, dim3(grid), dim3(block), size_t(shmem), stream, __VA_ARGS__)
@@ -54,6 +70,22 @@
 #define gpuGetErrorString hipGetErrorString
 #define gpuDeviceProp hipDeviceProp_t
 #define gpuGetDeviceProperties hipGetDeviceProperties
+#define gpuStream_t hipStream_t
+#define gpuStreamCreate hipStreamCreate
+#define gpuStreamDestroy hipStreamDestroy
+#define gpuStreamSynchronize hipStreamSynchronize
+#define gpuStreamBeginCapture hipStreamBeginCapture
+#define gpuStreamEndCapture hipStreamEndCapture
+#define gpuStreamCaptureModeGlobal hipStreamCaptureModeGlobal
+#define gpuGraph_t hipGraph_t
+#define gpuGraphExec_t hipGraphExec_t
+#define gpuGraphInstantiate(exec, graph) hipGraphInstantiate(exec, graph, nullptr, nullptr, 0)
+#define gpuGraphLaunch hipGraphLaunch
+#define gpuGraphExecDestroy hipGraphExecDestroy
+#define gpuGraphDestroy hipGraphDestroy
+#define gpuMemsetAsync hipMemsetAsync
+#define gpuMemcpyAsync hipMemcpyAsync
+#define MIMI_WARP_FULL_MASK 0xffffffffffffffffull
 #else
 #include <cuda_runtime.h>
 #define gpuError_t cudaError_t
@@ -73,6 +105,22 @@
 #define gpuGetErrorString cudaGetErrorString
 #define gpuDeviceProp cudaDeviceProp
 #define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuStream_t cudaStream_t
+#define gpuStreamCreate cudaStreamCreate
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuStreamCaptureModeGlobal cudaStreamCaptureModeGlobal
+#define gpuGraph_t cudaGraph_t
+#define gpuGraphExec_t cudaGraphExec_t
+#define gpuGraphInstantiate(exec, graph) cudaGraphInstantiate(exec, graph, 0)
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphExecDestroy cudaGraphExecDestroy
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define MIMI_WARP_FULL_MASK 0xffffffffu
 #endif
 
 #if !defined(MIMI_GPU_EMULATE)
