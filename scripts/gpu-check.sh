@@ -17,11 +17,12 @@ if [ -x .gpu-bundle/mimi ]; then
   libs="$PWD/.gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64:/usr/lib64"
   run_bin() { "$PWD/.gpu-bundle/lib/ld-linux-x86-64.so.2" --library-path "$libs" "$PWD/.gpu-bundle/$1" "${@:2}"; }
 else
-  if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ]; then
+  if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ] ||
+     [ ! -x "$B/tests/test_streaming" ]; then
     bash scripts/install-deps.sh >/dev/null 2>&1 || true
     cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null &&
-      cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden || exit 1
+      cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden test_streaming || exit 1
   fi
   run_bin() {
     case "$1" in
@@ -36,6 +37,17 @@ echo "== GPU kernels vs the naive CPU references"
 run_bin test_gpu_kernels; rc_k=$?; [ $rc_k -ne 0 ] && note $rc_k
 echo "== golden suite on the GPU"
 run_bin test_golden "--test-case=golden gpu"; rc_g=$?; [ $rc_g -ne 0 ] && note $rc_g
+echo "== streaming on the GPU (chunks of 1, 7, 50 frames)"
+run_bin test_streaming "--test-case=streaming gpu*"; rc_s=$?; [ $rc_s -ne 0 ] && note $rc_s
+# compute-sanitizer (CUDA toolkit) where the machine has it: out-of-bounds/misaligned accesses and
+# shared-memory races, which the CPU emulation cannot see between blocks (docs/GPU.md)
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+rc_m=skipped rc_r=skipped
+if [ -n "$CS" ] && [ ! -x .gpu-bundle/mimi ]; then
+  echo "== compute-sanitizer memcheck / racecheck over the kernel sweeps"
+  "$CS" --tool memcheck --error-exitcode 99 "$B/tests/test_gpu_kernels"; rc_m=$?; [ $rc_m -ne 0 ] && note $rc_m
+  "$CS" --tool racecheck --error-exitcode 99 "$B/tests/test_gpu_kernels"; rc_r=$?; [ $rc_r -ne 0 ] && note $rc_r
+fi
 W=$(mktemp -d)
 run_bin mimi gen-weights --config full --dialect hf -o "$W/model.safetensors" -q
 echo "== mimi bench (full-size PRNG weights, n_q 8)"
@@ -54,6 +66,8 @@ echo
 echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 printf "%-34s %s\n" "GPU kernels vs references" "exit $rc_k (0 ok, 77 no device)"
 printf "%-34s %s\n" "golden suite on the GPU" "exit $rc_g"
+printf "%-34s %s\n" "streaming on the GPU" "exit $rc_s"
+printf "%-34s %s\n" "compute-sanitizer memcheck/racecheck" "$rc_m / $rc_r"
 printf "%-34s %s / %s x realtime\n" "encode / decode 10 s, batch 1" "$(rtf "$W/b1.txt" encode 10)" "$(rtf "$W/b1.txt" decode 10)"
 printf "%-34s %s / %s x realtime per input\n" "encode / decode 10 s, batch 64" "$(rtf "$W/b64.txt" encode 10)" "$(rtf "$W/b64.txt" decode 10)"
 printf "%-34s %s / %s x realtime\n" "CPU encode / decode 10 s" "$(rtf "$W/cpu.txt" encode 10)" "$(rtf "$W/cpu.txt" decode 10)"
