@@ -8,6 +8,7 @@
 
 #include "app/bench.h"
 #include "app/commands.h"
+#include "app/dataset/dataset.h"
 #include "app/threads_env.h"
 #include "app/file_io.h"
 #include "codec/error.h"
@@ -148,6 +149,66 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   b->add_flag("--json", bench.json, "One JSON object on stdout");
 
+  // The dataset mode: plan a corpus into shards, encode one shard per worker, status, verify.
+  namespace ds = mimi::app::dataset;
+  ds::PlanOptions ds_plan;
+  ds::EncodeShardOptions ds_enc;
+  ds::StatusOptions ds_status;
+  ds::VerifyOptions ds_verify;
+  CLI::App* dset = app.add_subcommand("dataset", "Tokenize a corpus as shards under Slurm, GNU parallel, ... "
+                                                 "(plan once, then one `encode --shard I/N` per worker; docs/DATASETS.md)");
+  dset->require_subcommand(1);
+  CLI::App* dp = dset->add_subcommand("plan", "Manifests -> PLAN/: items cut into shards balanced by duration");
+  dp->add_option("manifests", ds_plan.manifests,
+                 "JSON Lines (path|audio_filepath, id, duration, start, end, channel), Kaldi wav.scp (+ segments), "
+                 "a list of paths, or a directory")
+      ->required();
+  dp->add_option("-o,--output", ds_plan.out, "Plan directory")->required();
+  dp->add_option("--shards", ds_plan.shards, "Number of shards")->check(CLI::Range(1, 99999));
+  dp->add_option("--shard-hours", ds_plan.shard_hours, "Hours of audio per shard (sets the number of shards)")
+      ->check(CLI::PositiveNumber);
+  dp->add_option("--probe-threads", ds_plan.probe_threads, "Files whose headers are read at once [default: 4 per CPU]");
+  dp->add_flag("-f,--force", ds_plan.force, "Replace an existing plan (shards already encoded from it become invalid)");
+  dp->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
+  dp->add_flag("-v,--verbose", common.verbose, "More detail on stderr");
+
+  CLI::App* de = dset->add_subcommand("encode", "Encode one shard of a plan into OUT/shards/ (resumable; done shards are skipped)");
+  de->add_option("--plan", ds_enc.plan, "Plan directory")->required();
+  de->add_option("--shard", ds_enc.shard, "I/N, or auto: from SLURM_ARRAY_TASK_ID, SLURM_PROCID, RANK or "
+                                          "JOB_COMPLETION_INDEX")
+      ->required();
+  de->add_option("-o,--output", ds_enc.out, "Output directory")->required();
+  de->add_option("--n-q", ds_enc.n_q, "Codebooks to keep")->capture_default_str()->check(CLI::Range(1, 32));
+  de->add_option("--max-errors", ds_enc.max_errors, "Fail the shard beyond this many bad items: a count or a "
+                                                    "percentage of its items (10, 2%) [default: no limit]");
+  de->add_flag("--retry-errors", ds_enc.retry_errors, "Redo the items that failed (the others are kept as they are)");
+  de->add_option("--sync-items", ds_enc.sync_items, "Make the journal durable every N items ...")->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  de->add_option("--sync-seconds", ds_enc.sync_seconds, "... or every S seconds")->capture_default_str();
+  de->add_option("--weights", common.weights, "Weights, as for encode [default: $MIMI_WEIGHTS, then the HF cache]");
+  de->add_option("--config", common.config, "Model config JSON, as for encode");
+  de->add_option("--device", common.device, "cpu, cuda[:i] or hip[:i]")->capture_default_str();
+  de->add_option("--threads", common.threads, "CPU threads (0 = the CPUs this process may use)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  de->add_flag("-q,--quiet", common.quiet, "Only errors on stderr (no progress)");
+  de->add_flag("-v,--verbose", common.verbose, "More detail on stderr");
+
+  CLI::App* dst = dset->add_subcommand("status", "Done / partial / failed / todo per shard, hours and ETA (stdout)");
+  dst->add_option("out", ds_status.out, "Output directory")->required();
+  dst->add_option("--plan", ds_status.plan, "Plan directory [default: the one OUT/dataset.json names]");
+  dst->add_flag("--todo", ds_status.todo, "Only the shards that are not done");
+  dst->add_option("--format", ds_status.format, "table, json, or ranges (unfinished shards as 3,17-19 for sbatch --array)")
+      ->check(CLI::IsMember({"table", "json", "ranges"}))
+      ->capture_default_str();
+  dst->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
+
+  CLI::App* dv = dset->add_subcommand("verify", "Re-read every shard: index, sha256, frame counts against the plan, "
+                                                "code range; exit 0 only when all is well");
+  dv->add_option("out", ds_verify.out, "Output directory")->required();
+  dv->add_option("--plan", ds_verify.plan, "Plan directory [default: the one OUT/dataset.json names]");
+  dv->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -167,6 +228,14 @@ int main(int argc, char** argv) {
     if (*c) return runner.convert(conv);
     if (*b) return run_bench(bench);
     if (*g) return runner.gen_weights(gw_config, gw_dialect, gw_seed, gw_out);
+    if (*dp) return ds::make_plan(ds_plan), kOk;
+    if (*de) {
+      ds_enc.engine = {common.weights, common.config, common.device, common.threads};
+      ds_enc.quiet = common.quiet;
+      return ds::encode_shard(ds_enc);
+    }
+    if (*dst) return ds::status(ds_status);
+    if (*dv) return ds::verify(ds_verify);
   } catch (const Error& err) {
     spdlog::error("{}", err.what());
     return exit_code_for(err.kind());

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "app/audio_io.h"
 #include "app/progress.h"
@@ -38,34 +39,80 @@ LoadedEngine make_engine(const EngineSpec& spec) {
   return le;
 }
 
+MonoSource::MonoSource(const std::string& path, int model_rate, const AudioSpan& span)
+    : reader_(path), rs_(reader_.sample_rate(), model_rate), what_(path == "-" ? "stdin" : path), channel_(span.channel) {
+  const int rate = reader_.sample_rate();
+  if (channel_ >= reader_.channels())
+    throw Error(ErrorKind::Input, what_ + ": channel " + std::to_string(channel_) + " asked, the file has " +
+                                      std::to_string(reader_.channels()));
+  if (span.start < 0 || (span.end >= 0 && span.end <= span.start))
+    throw Error(ErrorKind::Input, what_ + ": empty or negative segment [" + std::to_string(span.start) + ", " +
+                                      std::to_string(span.end) + ") s");
+  skip_ = std::llround(span.start * rate);
+  if (span.end >= 0) left_ = std::llround(span.end * rate) - skip_;
+  if (reader_.frames() > 0 && skip_ >= reader_.frames())
+    throw Error(ErrorKind::Input, what_ + ": segment starts at " + std::to_string(span.start) + " s, the file lasts " +
+                                      std::to_string(double(reader_.frames()) / rate) + " s");
+}
+
+bool MonoSource::next(std::vector<float>& pcm) {
+  pcm.clear();
+  if (done_) return false;
+  const int nch = reader_.channels();
+  // Blocks of 64 Ki source frames from the start of the file whatever the span: the resampler
+  // sees the same pieces as for the whole file.
+  int64_t got = 0;
+  while (left_ != 0 && (got = reader_.read(block_, 1 << 16)) > 0) {
+    int64_t first = 0;
+    if (skip_ > 0) {
+      first = std::min(skip_, got);
+      skip_ -= first;
+      pos_ += first;
+      if (first == got) continue;
+    }
+    int64_t take = got - first;
+    if (left_ > 0) take = std::min(take, left_);
+    mono_.resize(size_t(take));
+    downmix(block_.data() + size_t(first * nch), take, nch, channel_, mono_.data(), pos_, reader_.sample_rate(), what_);
+    pos_ += got - first;
+    read_ += take;
+    if (left_ > 0) left_ -= take;
+    rs_.process(mono_.data(), mono_.size(), pcm);
+    return true;
+  }
+  if (skip_ > 0) throw Error(ErrorKind::Input, what_ + ": the segment starts after the end of the audio");
+  rs_.process(nullptr, 0, pcm);
+  done_ = true;
+  return true;
+}
+
+std::string MonoSource::shortfall() const {
+  if (left_ == 0) return "";  // the span ended where it should: the rest of the file was not wanted
+  if (left_ > 0) {
+    std::string s = "the segment ends ";
+    s += std::to_string(double(left_) / reader_.sample_rate());
+    s += " s after the end of the audio";
+    return s;
+  }
+  return reader_.shortfall();
+}
+
 EncodedAudio encode_audio(Engine& eng, const std::string& in, int n_q, int channel, bool quiet) {
-  AudioReader reader(in);
-  StreamResampler rs(reader.sample_rate(), eng.config().sample_rate);
+  MonoSource src(in, eng.config().sample_rate, AudioSpan{0, -1, channel});
   EncoderSession session(eng, n_q);
   EncodedAudio a;
-  a.source_rate = reader.sample_rate();
-  a.source_channels = reader.channels();
-  const int nch = reader.channels();
-  std::vector<float> block, mono, pcm;
-  Progress bar(in, reader.frames(), double(reader.frames()) / reader.sample_rate(), !quiet);
-  auto feed = [&] {
+  a.source_rate = src.source_rate();
+  a.source_channels = src.source_channels();
+  std::vector<float> pcm;
+  Progress bar(in, src.source_frames(), double(src.source_frames()) / src.source_rate(), !quiet);
+  const std::string what = in == "-" ? "stdin" : in;
+  while (src.next(pcm)) {
+    bar.update(src.frames_read());
     const double c0 = now();
     if (!pcm.empty()) session.feed(pcm.data(), int64_t(pcm.size()));
     a.compute += now() - c0;
-    pcm.clear();
-  };
-  const std::string what = in == "-" ? "stdin" : in;
-  int64_t got, read_frames = 0;
-  while ((got = reader.read(block, 1 << 16)) > 0) {
-    mono.resize(size_t(got));
-    downmix(block.data(), got, nch, channel, mono.data(), read_frames, reader.sample_rate(), what);
-    bar.update(read_frames += got);
-    rs.process(mono.data(), mono.size(), pcm);
-    feed();
   }
-  if (const std::string s = reader.shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
-  rs.process(nullptr, 0, pcm);
-  feed();
+  if (const std::string s = src.shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
   bar.finish();
   if (session.samples() == 0) throw Error(ErrorKind::Input, what + ": no audio samples");
   a.samples = session.samples();

@@ -4,7 +4,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "app/audio_io.h"
 #include "codec/engine.h"
 
 namespace mimi::app {
@@ -30,6 +32,43 @@ struct EncodedAudio {
   int64_t samples = 0;  // at the model rate
   double compute = 0;   // seconds in the engine
   int source_rate = 0, source_channels = 0;
+};
+
+// Part of a file: [start, end) in seconds of the source (end < 0: to the end of the file), and
+// one channel of it (channel >= 0) or the average of all (-1).
+struct AudioSpan {
+  double start = 0, end = -1;
+  int channel = -1;
+};
+
+// An audio file (or "-") as model-rate mono samples, block by block in constant memory: read,
+// downmixed, resampled - the one path from audio to what the encoder is fed, so every command
+// feeds the engine the same samples (the dataset mode prefetches the next items through it while
+// the current one encodes). Throws Error(Input) for unreadable or malformed audio and for a span
+// outside the file.
+class MonoSource {
+ public:
+  MonoSource(const std::string& path, int model_rate, const AudioSpan& span = {});
+  int source_rate() const { return reader_.sample_rate(); }
+  int source_channels() const { return reader_.channels(); }
+  int64_t source_frames() const { return reader_.frames(); }  // the whole file's, per its header (0: unknown)
+  int64_t frames_read() const { return read_; }                // source frames of the span so far
+  // The next samples (may be empty while the resampler fills); false once the end has been
+  // flushed. After the end, shortfall() says why the file (or the span) held less than promised.
+  bool next(std::vector<float>& pcm);
+  std::string shortfall() const;
+
+ private:
+  AudioReader reader_;
+  StreamResampler rs_;
+  std::string what_;
+  int channel_;
+  int64_t skip_ = 0;   // source frames before the span still to drop
+  int64_t left_ = -1;  // source frames of the span still to take (-1: to the end)
+  int64_t read_ = 0, pos_ = 0;
+  bool done_ = false;
+  std::vector<float> block_;  // [frames, channels] interleaved, as read
+  std::vector<float> mono_;   // [frames] of the span, downmixed, at the source rate
 };
 
 // An audio file (or "-") to codes, block by block in constant memory: the channels averaged

@@ -3,7 +3,9 @@
 # the test command's libFuzzer smoke (scripts/fuzz.sh), not for the product.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libcli11-dev libsndfile1-dev libsoxr-dev
-          libspdlog-dev nlohmann-json3-dev doctest-dev clang libclang-rt-14-dev)
+          libspdlog-dev nlohmann-json3-dev doctest-dev clang libclang-rt-14-dev
+          # test-only: the dataset mode's engine tests (tests/dataset/: GNU parallel, a one-node Slurm)
+          parallel slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "install-deps: all packages present"; exit 0; fi

@@ -4,6 +4,9 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 #include <thread>
 
@@ -18,11 +21,30 @@ using GemmFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const 
 
 enum class Isa { Avx512, Avx2, Base };
 
-Isa detect_isa() {
+Isa best_isa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return Isa::Avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
   return Isa::Base;
+}
+
+// The widest ISA of this CPU, or a narrower one named by MIMI_CPU_ISA (avx512, avx2, baseline):
+// how the AVX2 kernels are measured and tested on an AVX-512 machine. One that the CPU lacks, or
+// an unknown name, stops the process: it is never silently replaced. (This runs before main, so
+// it cannot throw.)
+Isa detect_isa() {
+  const Isa best = best_isa();
+  const char* want = std::getenv("MIMI_CPU_ISA");
+  if (!want || !*want) return best;
+  const std::string w = want;
+  const Isa asked = w == "avx512" ? Isa::Avx512 : w == "avx2" ? Isa::Avx2 : w == "baseline" ? Isa::Base : best;
+  const bool known = w == "avx512" || w == "avx2" || w == "baseline";
+  if (!known || int(asked) < int(best)) {  // the enum runs from widest to narrowest
+    std::fprintf(stderr, "mimi: error: MIMI_CPU_ISA=%s: %s (avx512, avx2 or baseline, up to what this CPU has)\n",
+                 want, known ? "this CPU lacks it" : "unknown ISA");
+    std::exit(2);
+  }
+  return asked;
 }
 
 const Isa kIsa = detect_isa();

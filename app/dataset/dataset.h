@@ -1,0 +1,46 @@
+// `mimi dataset`: tokenize a corpus as shards of a fixed plan, one stateless "process shard i of
+// n" command per worker under any scheduler (docs/DATASETS.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/dataset/plan.h"
+#include "app/pipeline.h"
+
+namespace mimi::app::dataset {
+
+struct EncodeShardOptions {
+  std::string plan, shard, out;
+  int n_q = 8;
+  EngineSpec engine;
+  std::string max_errors;  // "" = no limit; "N" or "P%"
+  bool retry_errors = false;
+  int sync_items = 64;        // journal fsync batch
+  double sync_seconds = 10;   // ... or this often
+  bool quiet = false;
+};
+// Returns the exit code (0: the shard is done). Throws Error for a failed shard (too many errors:
+// Input), a device or write failure (Device / Output), bad settings (Usage / Weights).
+int encode_shard(const EncodeShardOptions& o);
+
+struct StatusOptions {
+  std::string out, plan;  // plan: "" = the one OUT/dataset.json names
+  bool todo = false;
+  std::string format = "table";  // table, json, ranges
+};
+int status(const StatusOptions& o);
+
+struct VerifyOptions {
+  std::string out, plan;
+};
+// Exit 0 only when every shard is done and checks out; problems on stderr, Error(Input) at the end.
+int verify(const VerifyOptions& o);
+
+// "3,17-19" for sorted indices.
+std::string ranges(const std::vector<int>& sorted);
+
+// OUT/dataset.json and the plan it names.
+nlohmann::json read_dataset_json(const std::string& out);
+
+}  // namespace mimi::app::dataset

@@ -1,0 +1,322 @@
+// `mimi dataset encode`: one shard of a plan, resumable, through the same pipeline as `mimi encode`.
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "app/dataset/dataset.h"
+#include "app/dataset/item_files.h"
+#include "app/dataset/prefetch.h"
+#include "app/dataset/shard_writer.h"
+#include "app/file_io.h"
+#include "codec/error.h"
+#include "codec/names.h"
+
+namespace mimi::app::dataset {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+constexpr size_t kPrefetchSamples = size_t(1) << 21;  // ~87 s of 24 kHz audio waiting at most
+
+// The error budget of --max-errors: a count ("10") or a share of the shard's items ("2%").
+struct ErrorBudget {
+  double limit = -1;  // -1: none
+  std::string text;
+  ErrorBudget(const std::string& s, size_t items) : text(s) {
+    if (s.empty()) return;
+    const bool pct = s.back() == '%';
+    const std::string num = pct ? s.substr(0, s.size() - 1) : s;
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(num, &used);
+    } catch (...) {
+    }
+    if (used != num.size() || !(v >= 0) || (!pct && v != std::floor(v)))
+      throw Error(ErrorKind::Usage, "--max-errors must be a count or a percentage (10, 2%), got '" + s + "'");
+    limit = pct ? v / 100.0 * double(items) : v;
+  }
+  bool exceeded(size_t errors) const { return limit >= 0 && double(errors) > limit; }
+};
+
+json dataset_fields(const EncodeShardOptions& o, const Plan& plan, const Engine& eng) {
+  const Config& c = eng.config();
+  return {{"format", "mimi-dataset"},
+          {"version", 1},
+          {"tool_version", MIMI_VERSION},
+          {"weights_fingerprint", eng.model().fingerprint},
+          {"weights_dialect", dialect_name(eng.model().dialect)},
+          {"n_q", o.n_q},
+          {"codebook_size", c.bins},
+          {"frame_rate", c.frame_rate},
+          {"frame_size", c.frame_size()},
+          {"sample_rate", c.sample_rate},
+          {"resampler", "soxr"},
+          {"resampler_quality", "very high (SOXR_VHQ)"},
+          {"channel_policy", "the item's channel from the manifest, else the average of all channels"},
+          {"npy", "int16 [n_q, frames], little-endian, C order"},
+          {"plan", fs::absolute(plan.dir).lexically_normal().string()},
+          {"plan_sha256", plan.digest},
+          {"shards", plan.shards}};
+}
+
+// What a second run must agree on with the first (tool version and paths may differ).
+void check_same(const json& have, const json& want, const std::string& path) {
+  for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "sample_rate", "frame_rate", "codebook_size"}) {
+    if (have.value(k, json()) == want.at(k)) continue;
+    const ErrorKind kind = std::string(k) == "weights_fingerprint" ? ErrorKind::Weights : ErrorKind::Usage;
+    throw Error(kind, path + " was made with " + k + " " + have.value(k, json()).dump() + "; this run has " +
+                          want.at(k).dump() + " (use another output directory)");
+  }
+  if (have.value("tool_version", "") != want.at("tool_version"))
+    spdlog::warn("{} was made by mimi {}; this is {}", path, have.value("tool_version", "?"), MIMI_VERSION);
+}
+
+void ensure_dataset_json(const std::string& out, const json& want) {
+  const std::string path = (fs::path(out) / "dataset.json").string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    const std::string text = want.dump(1) + "\n";
+    try {
+      write_output(path, std::vector<uint8_t>(text.begin(), text.end()), false);
+      return;
+    } catch (const Error&) {
+      if (!fs::exists(path, ec)) throw;  // another worker made it first: compare with theirs
+    }
+  }
+  check_same(read_dataset_json(out), want, path);
+}
+
+// Moves a finished shard aside as the source of its good items, for --retry-errors.
+void reopen_for_retry(const ShardPaths& p) {
+  std::error_code ec;
+  fs::remove(p.done, ec);
+  if (ec) throw Error(ErrorKind::Output, p.done + ": cannot remove: " + ec.message());
+  if (::rename(p.tar.c_str(), p.retry_tar.c_str()) != 0)
+    throw Error(ErrorKind::Output, p.retry_tar + ": cannot rename the finished tar: " + std::strerror(errno));
+}
+
+struct Reused {
+  uint64_t offset = 0, size = 0;
+  int64_t frames = 0, samples = 0;
+};
+
+std::vector<uint8_t> read_range(std::ifstream& f, uint64_t off, uint64_t n, const std::string& what) {
+  std::vector<uint8_t> b(n);
+  f.seekg(std::streamoff(off));
+  if (!f.read(reinterpret_cast<char*>(b.data()), std::streamsize(n)))
+    throw Error(ErrorKind::Input, what + ": cannot read " + std::to_string(n) + " bytes at " + std::to_string(off));
+  return b;
+}
+
+// Progress on stderr every 10 s: items, hours of audio, x real time of this run.
+class Progress {
+ public:
+  Progress(int shard, size_t items, double planned, bool quiet)
+      : shard_(shard), items_(items), planned_(planned), quiet_(quiet) {}
+  void resumed(double audio) { before_ += audio; }
+  void add(double audio) { run_ += audio; }
+  void tick(size_t done, size_t errors) {
+    const double t = now();
+    if (quiet_ || t - last_ < 10) return;
+    last_ = t;
+    const double audio = before_ + run_;
+    spdlog::info("{}: {} of {} items, {:.3f} of {:.3f} h audio ({:.0f}%), {:.1f}x real time, {} errors",
+                 shard_name(shard_), done, items_, audio / 3600, planned_ / 3600,
+                 planned_ > 0 ? std::min(100.0, 100 * audio / planned_) : 100.0, run_ / std::max(1e-9, t - t0_), errors);
+  }
+  double audio() const { return before_ + run_; }
+  double run_audio() const { return run_; }
+  double wall() const { return now() - t0_; }
+
+ private:
+  int shard_;
+  size_t items_;
+  double planned_, before_ = 0, run_ = 0, t0_ = now(), last_ = now();
+  bool quiet_;
+};
+
+}  // namespace
+
+json read_dataset_json(const std::string& out) {
+  const std::string path = (fs::path(out) / "dataset.json").string();
+  std::ifstream f(path);
+  if (!f) throw Error(ErrorKind::Usage, path + ": missing (no shard of this output has been started)");
+  std::ostringstream s;
+  s << f.rdbuf();
+  try {
+    return json::parse(s.str());
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Input, path + ": damaged: " + e.what());
+  }
+}
+
+int encode_shard(const EncodeShardOptions& o) {
+  if (o.plan.empty() || o.out.empty() || o.shard.empty()) throw Error(ErrorKind::Usage, "--plan, --shard and -o are required");
+  const Plan plan = read_plan(o.plan);
+  const int shard = resolve_shard(o.shard, plan.shards, process_env());
+  const ShardPaths paths(o.out, shard);
+  const std::string name = shard_name(shard);
+  {  // settings that need no model are checked before loading one
+    std::error_code ec;
+    if (fs::exists(fs::path(o.out) / "dataset.json", ec)) {
+      const json have = read_dataset_json(o.out);
+      if (have.value("plan_sha256", "") != plan.digest || have.value("n_q", 0) != o.n_q)
+        throw Error(ErrorKind::Usage, (fs::path(o.out) / "dataset.json").string() + " was made with n_q " +
+                                          have.value("n_q", json()).dump() + " and plan " +
+                                          have.value("plan_sha256", "?").substr(0, 12) + "; this run has n_q " +
+                                          std::to_string(o.n_q) + " and plan " + plan.digest.substr(0, 12) +
+                                          " (use another output directory)");
+    }
+  }
+  json done = read_done(paths);
+  if (!done.is_null() && !(o.retry_errors && done.value("errors", 0) > 0)) {
+    spdlog::info("{}: already done ({} items, {} errors); nothing to do", name, done.value("items", 0), done.value("errors", 0));
+    return 0;
+  }
+  LoadedEngine le = make_engine(o.engine);
+  Engine& eng = *le.engine;
+  if (o.n_q < 1 || o.n_q > eng.config().n_q)
+    throw Error(ErrorKind::Usage, "--n-q must be 1.." + std::to_string(eng.config().n_q));
+  ensure_dataset_json(o.out, dataset_fields(o, plan, eng));
+  const int rate = eng.config().sample_rate;
+  const std::vector<Item> items = read_shard_items(plan, shard);
+  const ErrorBudget budget(o.max_errors, items.size());
+  const json header = {{"shard", shard}, {"shards", plan.shards}, {"plan_sha256", plan.digest}, {"n_q", o.n_q},
+                       {"weights_fingerprint", eng.model().fingerprint}};
+  if (!done.is_null()) reopen_for_retry(paths);
+  std::error_code ec;
+  bool retried = fs::exists(paths.retry_tar, ec);
+  fs::remove(paths.failed, ec);
+
+  while (true) {
+    ShardWriter w(paths, header, o.sync_items, o.sync_seconds);
+    const double run_started = unix_now();
+    // --retry-errors: items that succeeded before are copied from the earlier tar, the rest redone
+    std::map<std::string, Reused> reuse;
+    std::ifstream source;
+    if (!w.sealed() && fs::exists(paths.retry_tar, ec)) {
+      source.open(paths.retry_tar, std::ios::binary);
+      for (const json& j : read_json_lines(paths.index))
+        reuse[j.at("key").get<std::string>()] = {j.at("offset").get<uint64_t>(), j.at("size").get<uint64_t>(),
+                                                 j.at("frames").get<int64_t>(), j.at("samples").get<int64_t>()};
+      spdlog::info("{}: retrying {} failed items (keeping {})", name, items.size() - reuse.size(), reuse.size());
+    }
+    if (o.retry_errors && !retried && !w.sealed() && w.errors() > 0) {
+      // an unfinished (or failed) shard: redo it from its first failed item
+      size_t first = 0;
+      while (w.entries()[first].ok) ++first;
+      spdlog::info("{}: redoing from item {}, its first failed one", name, first);
+      w.rewind(first);
+    }
+    // What fails from here on failed in this very run: no second pass for it. (A shard sealed but
+    // not recorded as done still gets its pass below.)
+    if (o.retry_errors && !w.sealed()) retried = true;
+    if (w.next_index() > 0 && !w.sealed()) spdlog::info("{}: resuming after item {} of {}", name, w.next_index(), items.size());
+    double planned = 0;
+    for (const Item& it : items) planned += it.duration;
+    Progress prog(shard, items.size(), planned, o.quiet);
+    for (const JournalEntry& e : w.entries()) prog.resumed(double(e.samples) / rate);
+    auto check_budget = [&] {
+      if (!budget.exceeded(w.errors())) return;
+      w.sync();
+      const json f = {{"shard", shard}, {"errors", w.errors()}, {"items", items.size()}, {"max_errors", budget.text},
+                      {"at_item", w.next_index()}};
+      const std::string text = f.dump() + "\n";
+      write_output(paths.failed, std::vector<uint8_t>(text.begin(), text.end()), true);
+      throw Error(ErrorKind::Input, name + ": failed: " + std::to_string(w.errors()) + " errors exceed --max-errors " +
+                                        budget.text + " (see " + paths.failed + "; rerun with a larger limit to go on)");
+    };
+    check_budget();
+
+    if (!w.sealed()) {
+      std::vector<size_t> order;  // the items to read and encode
+      for (size_t i = w.next_index(); i < items.size(); ++i)
+        if (!reuse.count(items[i].key)) order.push_back(i);
+      Prefetcher pre(items, order, rate, kPrefetchSamples);
+      for (size_t i = w.next_index(); i < items.size(); ++i) {
+        const Item& it = items[i];
+        if (const auto r = reuse.find(it.key); r != reuse.end()) {
+          w.add_item(i, it.key, read_range(source, r->second.offset, r->second.size, paths.retry_tar), r->second.frames,
+                     r->second.samples);
+          prog.resumed(double(r->second.samples) / rate);
+          continue;
+        }
+        std::unique_ptr<EncoderSession> session;
+        ItemAudio a;
+        std::string error_stage, error;
+        for (bool more = true; more;) {
+          Piece p = pre.pop();
+          if (p.item != i) throw Error(ErrorKind::Internal, "prefetch out of step");
+          switch (p.kind) {
+            case Piece::Start:
+              session = std::make_unique<EncoderSession>(eng, o.n_q);
+              a.source_rate = p.rate;
+              a.source_channels = p.channels;
+              break;
+            case Piece::Data:
+              if (!p.pcm.empty()) session->feed(p.pcm.data(), int64_t(p.pcm.size()));
+              break;
+            case Piece::End:
+              if (!p.message.empty()) spdlog::warn("{}: {}", it.path, p.message);
+              if (session->samples() == 0) error_stage = "read", error = it.path + ": no audio samples";
+              more = false;
+              break;
+            case Piece::Fail:
+              error_stage = p.stage, error = p.message;
+              more = false;
+              break;
+          }
+        }
+        if (!error.empty()) {
+          spdlog::warn("{}: item {} ({}): {}", name, i, it.key, error);
+          w.add_error(i, it.key, it.path, error_stage, error);
+          check_budget();
+        } else {
+          a.samples = session->samples();
+          const Codes codes = session->finish();
+          w.add_item(i, it.key, item_members(it, a, codes, rate), codes.frames, a.samples);
+          prog.add(double(a.samples) / rate);
+        }
+        prog.tick(i + 1, w.errors());
+      }
+    }
+    const json extra = {{"shard", shard},
+                        {"shards", plan.shards},
+                        {"plan_sha256", plan.digest},
+                        {"n_q", o.n_q},
+                        {"weights_fingerprint", eng.model().fingerprint},
+                        {"planned_seconds", planned},
+                        {"audio_seconds", prog.audio()},
+                        {"started", w.begun_at()},
+                        {"finished", unix_now()},
+                        {"last_run_seconds", unix_now() - run_started}};
+    done = w.finish(extra);
+    const size_t errors = done.at("errors").get<size_t>();
+    if (!o.quiet)
+      spdlog::info("{}: done: {} items, {} errors, {:.3f} h audio in {:.1f} s ({:.1f}x real time) -> {}", name,
+                   done.at("items").get<size_t>(), errors, prog.audio() / 3600, prog.wall(),
+                   prog.run_audio() / std::max(1e-9, prog.wall()), paths.tar);
+    if (errors > 0) spdlog::warn("{}: {} items failed; they are listed in {}", name, errors, paths.errors);
+    if (retried || !o.retry_errors || errors == 0) break;
+    reopen_for_retry(paths);  // --retry-errors on a shard that was unfinished: now redo its errors
+    retried = true;
+  }
+  return 0;
+}
+
+}  // namespace mimi::app::dataset

@@ -1,0 +1,73 @@
+#include "app/dataset/item_files.h"
+
+#include <cstring>
+
+#include "app/dataset/tar.h"
+#include "codec/error.h"
+
+namespace mimi::app::dataset {
+using nlohmann::json;
+
+std::vector<uint8_t> npy_int16(const Codes& c) {
+  std::string dict = "{'descr': '<i2', 'fortran_order': False, 'shape': (" + std::to_string(c.n_q) + ", " +
+                     std::to_string(c.frames) + "), }";
+  const size_t unpadded = 10 + dict.size() + 1;  // magic, version, length; the dict; '\n'
+  dict.append((64 - unpadded % 64) % 64, ' ');
+  dict += '\n';
+  const std::string head = std::string("\x93NUMPY\x01\x00", 8) + char(dict.size() & 0xff) + char(dict.size() >> 8) + dict;
+  std::vector<uint8_t> b(head.size() + c.data.size() * 2);
+  std::memcpy(b.data(), head.data(), head.size());
+  uint8_t* d = b.data() + head.size();
+  for (int32_t v : c.data) {  // codes < 2048: int16 holds them; little-endian whatever the host
+    *d++ = uint8_t(v & 0xff);
+    *d++ = uint8_t((v >> 8) & 0xff);
+  }
+  return b;
+}
+
+json item_record(const Item& it, const ItemAudio& a, const Codes& c, int model_rate) {
+  return {{"id", it.id},
+          {"key", it.key},
+          {"path", it.path},
+          {"start", it.start},
+          {"duration", double(a.samples) / model_rate},
+          {"samples", a.samples},
+          {"sample_rate", model_rate},
+          {"frames", c.frames},
+          {"n_q", c.n_q},
+          {"source_rate", a.source_rate},
+          {"source_channels", a.source_channels},
+          {"channel", channel_name(it.channel)}};
+}
+
+std::vector<uint8_t> item_members(const Item& it, const ItemAudio& a, const Codes& c, int model_rate) {
+  std::vector<uint8_t> out;
+  const std::vector<uint8_t> npy = npy_int16(c);
+  const std::string meta = item_record(it, a, c, model_rate).dump() + "\n";
+  append_member(out, it.key + ".npy", npy.data(), npy.size());
+  append_member(out, it.key + ".json", reinterpret_cast<const uint8_t*>(meta.data()), meta.size());
+  return out;
+}
+
+Codes parse_npy_int16(const uint8_t* p, size_t n, const std::string& what) {
+  auto bad = [&](const std::string& why) { return Error(ErrorKind::Input, what + ": " + why); };
+  if (n < 10 || std::memcmp(p, "\x93NUMPY\x01\x00", 8) != 0) throw bad("not a version 1.0 .npy");
+  const size_t hlen = size_t(p[8]) | size_t(p[9]) << 8;
+  if (10 + hlen > n) throw bad("truncated .npy header");
+  const std::string h(reinterpret_cast<const char*>(p + 10), hlen);
+  const std::string head = "{'descr': '<i2', 'fortran_order': False, 'shape': (";
+  if (h.compare(0, head.size(), head) != 0) throw bad("not an int16 C-order .npy: " + h);
+  Codes c;
+  long long q = 0, f = 0;
+  if (std::sscanf(h.c_str() + head.size(), "%lld, %lld)", &q, &f) != 2 || q < 1 || f < 0) throw bad("bad shape: " + h);
+  c.n_q = int(q);
+  c.frames = f;
+  const size_t count = size_t(q) * size_t(f);
+  if (n - 10 - hlen != count * 2) throw bad("data size does not match the shape");
+  c.data.resize(count);
+  const uint8_t* d = p + 10 + hlen;
+  for (size_t i = 0; i < count; ++i) c.data[i] = int16_t(uint16_t(d[2 * i] | d[2 * i + 1] << 8));
+  return c;
+}
+
+}  // namespace mimi::app::dataset

@@ -1,0 +1,253 @@
+#include "app/dataset/plan.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "app/dataset/sha256.h"
+#include "app/file_io.h"
+#include "codec/error.h"
+
+namespace mimi::app::dataset {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string read_file_text(const std::string& path, ErrorKind kind) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(kind, path + ": cannot open");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+json item_json(const Item& it) {
+  json j = {{"key", it.key}, {"id", it.id}, {"path", it.path}, {"duration", it.duration}};
+  if (it.start > 0 || it.end >= 0) j["start"] = it.start;
+  if (it.end >= 0) j["end"] = it.end;
+  j["channel"] = it.channel < 0 ? json("mix") : json(it.channel);
+  if (!it.probe_error.empty()) j["probe_error"] = it.probe_error;
+  return j;
+}
+
+Item item_from_json(const json& j) {
+  Item it;
+  it.key = j.at("key").get<std::string>();
+  it.id = j.at("id").get<std::string>();
+  it.path = j.at("path").get<std::string>();
+  it.duration = j.at("duration").get<double>();
+  it.start = j.value("start", 0.0);
+  it.end = j.value("end", -1.0);
+  const json& c = j.at("channel");
+  it.channel = c.is_string() ? -1 : c.get<int>();
+  it.probe_error = j.value("probe_error", "");
+  return it;
+}
+
+std::optional<long long> parse_int(const std::optional<std::string>& s) {
+  if (!s || s->empty()) return std::nullopt;
+  long long v = 0;
+  const auto r = std::from_chars(s->data(), s->data() + s->size(), v);
+  if (r.ec != std::errc() || r.ptr != s->data() + s->size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::string shard_name(int shard) {
+  char b[32];
+  std::snprintf(b, sizeof b, "shard-%05d", shard);
+  return b;
+}
+
+std::vector<std::vector<Item>> balance(std::vector<Item> items, int n) {
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.duration != b.duration ? a.duration > b.duration : a.key < b.key;
+  });
+  std::vector<std::vector<Item>> shards(static_cast<size_t>(n));
+  std::vector<double> load(static_cast<size_t>(n), 0.0);
+  for (Item& it : items) {
+    const size_t s = size_t(std::min_element(load.begin(), load.end()) - load.begin());  // first minimum
+    load[s] += it.duration;
+    shards[s].push_back(std::move(it));
+  }
+  for (auto& s : shards)
+    std::sort(s.begin(), s.end(), [](const Item& a, const Item& b) {
+      return a.duration != b.duration ? a.duration < b.duration : a.key < b.key;
+    });
+  return shards;
+}
+
+void make_plan(const PlanOptions& o) {
+  if ((o.shards > 0) == (o.shard_hours > 0)) throw Error(ErrorKind::Usage, "give one of --shards N and --shard-hours H");
+  if (o.manifests.empty()) throw Error(ErrorKind::Usage, "no manifest given");
+  const std::string plan_json = (fs::path(o.out) / "plan.json").string();
+  std::error_code ec;
+  if (fs::exists(plan_json, ec) && !o.force)
+    throw Error(ErrorKind::Output, plan_json + ": exists; a plan is fixed once made (use --force to replace it)");
+  std::vector<Manifest> manifests;
+  std::vector<Item> items = read_manifests(o.manifests, manifests);
+  if (items.empty()) throw Error(ErrorKind::Input, "the manifests list no audio");
+  const int threads = o.probe_threads > 0 ? o.probe_threads : int(std::max(1u, std::thread::hardware_concurrency()) * 4);
+  const size_t unknown = std::count_if(items.begin(), items.end(), [](const Item& i) { return i.duration < 0; });
+  if (unknown) spdlog::info("reading the durations of {} files from their headers", unknown);
+  if (const size_t bad = probe_durations(items, threads))
+    spdlog::warn("{} files cannot be read now (first: {}); they are planned and will be recorded as errors", bad,
+                 std::find_if(items.begin(), items.end(), [](const Item& i) { return !i.probe_error.empty(); })->probe_error);
+  double total = 0;
+  for (const Item& it : items) total += it.duration;
+  const int n = o.shards > 0 ? o.shards : std::max(1, int(std::ceil(total / 3600.0 / o.shard_hours - 1e-9)));
+  if (n > 99999) throw Error(ErrorKind::Usage, "more than 99999 shards");
+  const size_t n_items = items.size();
+  const auto shards = balance(std::move(items), n);
+
+  fs::create_directories(o.out, ec);
+  if (ec && !fs::is_directory(o.out)) throw Error(ErrorKind::Output, o.out + ": cannot create: " + ec.message());
+  json jm = json::array(), hours = json::array(), counts = json::array(), digests = json::array();
+  for (const Manifest& m : manifests)
+    jm.push_back({{"path", m.path}, {"kind", m.kind}, {"sha256", m.sha256}, {"items", m.items}});
+  for (int s = 0; s < n; ++s) {
+    std::string text;
+    double secs = 0;
+    for (const Item& it : shards[size_t(s)]) {
+      text += item_json(it).dump() + "\n";
+      secs += it.duration;
+    }
+    const std::vector<uint8_t> bytes(text.begin(), text.end());
+    write_output((fs::path(o.out) / (shard_name(s) + ".jsonl")).string(), bytes, true);
+    hours.push_back(secs / 3600.0);
+    counts.push_back(shards[size_t(s)].size());
+    digests.push_back(sha256_hex(text.data(), text.size()));
+  }
+  const json plan = {{"format", "mimi-dataset-plan"},
+                     {"version", 1},
+                     {"tool_version", MIMI_VERSION},
+                     {"manifests", jm},
+                     {"items", n_items},
+                     {"hours", total / 3600.0},
+                     {"shards", n},
+                     {"shard_hours", hours},
+                     {"shard_items", counts},
+                     {"shard_sha256", digests},
+                     {"order", "each shard by duration, shortest first"},
+                     {"options", {{"shards", o.shards}, {"shard_hours", o.shard_hours}}}};
+  const std::string text = plan.dump(1) + "\n";
+  write_output(plan_json, std::vector<uint8_t>(text.begin(), text.end()), true);  // last: a plan is complete once it exists
+  double hmin = 1e300, hmax = 0;
+  for (const auto& h : hours) hmin = std::min(hmin, h.get<double>()), hmax = std::max(hmax, h.get<double>());
+  spdlog::info("planned {} items, {:.3f} h, into {} shards of {:.3f} - {:.3f} h -> {}", plan["items"].get<size_t>(),
+               total / 3600.0, n, hmin, hmax, plan_json);
+}
+
+Plan read_plan(const std::string& dir) {
+  Plan p;
+  p.dir = dir;
+  const std::string path = (fs::path(dir) / "plan.json").string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(ErrorKind::Usage, dir + ": no plan.json (make one with `mimi dataset plan`)");
+  const std::string text = read_file_text(path, ErrorKind::Input);
+  p.digest = sha256_hex(text.data(), text.size());
+  try {
+    p.meta = json::parse(text);
+    if (p.meta.at("format") != "mimi-dataset-plan") throw std::runtime_error("not a mimi dataset plan");
+    p.shards = p.meta.at("shards").get<int>();
+    p.shard_seconds.clear();
+    for (const auto& h : p.meta.at("shard_hours")) p.shard_seconds.push_back(h.get<double>() * 3600.0);
+    for (const auto& c : p.meta.at("shard_items")) p.shard_items.push_back(c.get<size_t>());
+    if (p.shards < 1 || p.shard_seconds.size() != size_t(p.shards) || p.shard_items.size() != size_t(p.shards))
+      throw std::runtime_error("shard lists do not match the shard count");
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::Input, path + ": damaged plan: " + e.what());
+  }
+  return p;
+}
+
+std::vector<Item> read_shard_items(const Plan& p, int shard) {
+  const std::string path = (fs::path(p.dir) / (shard_name(shard) + ".jsonl")).string();
+  const std::string text = read_file_text(path, ErrorKind::Input);
+  if (sha256_hex(text.data(), text.size()) != p.meta.at("shard_sha256").at(size_t(shard)).get<std::string>())
+    throw Error(ErrorKind::Input, path + ": changed since it was planned (digest differs from plan.json)");
+  std::vector<Item> items;
+  std::istringstream s(text);
+  for (std::string line; std::getline(s, line);) {
+    try {
+      items.push_back(item_from_json(json::parse(line)));
+    } catch (const std::exception& e) {
+      throw Error(ErrorKind::Input, path + ": damaged item: " + e.what());
+    }
+  }
+  return items;
+}
+
+EnvLookup process_env() {
+  return [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+int resolve_shard(const std::string& spec, int plan_shards, const EnvLookup& env) {
+  const std::string total = std::to_string(plan_shards);
+  if (spec != "auto") {
+    const size_t slash = spec.find('/');
+    const auto i = parse_int(spec.substr(0, slash));
+    const auto n = slash == std::string::npos ? std::nullopt : parse_int(spec.substr(slash + 1));
+    if (!i || !n || *n < 1 || *i < 0 || *i >= *n)
+      throw Error(ErrorKind::Usage, "--shard must be I/N with 0 <= I < N, or auto; got '" + spec + "'");
+    if (*n != plan_shards)
+      throw Error(ErrorKind::Usage, "--shard " + spec + ": the plan has " + total + " shards, not " + std::to_string(*n));
+    return int(*i);
+  }
+  struct Source {
+    std::string what;
+    long long index;
+  };
+  std::vector<Source> found;
+  auto need = [&](const char* name) {
+    const auto v = parse_int(env(name));
+    if (!v) throw Error(ErrorKind::Usage, std::string("--shard auto: ") + name + " is not an integer ('" +
+                                              env(name).value_or("") + "')");
+    return *v;
+  };
+  auto check_count = [&](const char* name, long long count) {
+    if (count != plan_shards)
+      throw Error(ErrorKind::Usage, std::string("--shard auto: ") + name + "=" + std::to_string(count) +
+                                        " but the plan has " + total + " shards");
+  };
+  if (env("SLURM_ARRAY_TASK_ID")) {
+    const long long id = need("SLURM_ARRAY_TASK_ID");
+    const long long min = env("SLURM_ARRAY_TASK_MIN") ? need("SLURM_ARRAY_TASK_MIN") : 0;
+    found.push_back({"SLURM_ARRAY_TASK_ID " + std::to_string(id) + " - SLURM_ARRAY_TASK_MIN " + std::to_string(min), id - min});
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    check_count("SLURM_NTASKS", need("SLURM_NTASKS"));
+    found.push_back({"SLURM_PROCID", need("SLURM_PROCID")});
+  }
+  if (env("RANK") && env("WORLD_SIZE")) {
+    check_count("WORLD_SIZE", need("WORLD_SIZE"));
+    found.push_back({"RANK", need("RANK")});
+  }
+  if (env("JOB_COMPLETION_INDEX")) found.push_back({"JOB_COMPLETION_INDEX", need("JOB_COMPLETION_INDEX")});
+  if (found.empty())
+    throw Error(ErrorKind::Usage, "--shard auto: none of SLURM_ARRAY_TASK_ID, SLURM_PROCID/SLURM_NTASKS, "
+                                  "RANK/WORLD_SIZE, JOB_COMPLETION_INDEX is set; give --shard I/N");
+  for (const Source& s : found)
+    if (s.index != found[0].index)
+      throw Error(ErrorKind::Usage, "--shard auto: the launchers disagree: " + found[0].what + " gives " +
+                                        std::to_string(found[0].index) + ", " + s.what + " gives " +
+                                        std::to_string(s.index) + "; give --shard I/N");
+  if (found[0].index < 0 || found[0].index >= plan_shards)
+    throw Error(ErrorKind::Usage, "--shard auto: " + found[0].what + " gives shard " + std::to_string(found[0].index) +
+                                      ", outside the plan's 0.." + std::to_string(plan_shards - 1));
+  return int(found[0].index);
+}
+
+}  // namespace mimi::app::dataset

@@ -1,0 +1,56 @@
+// Plans: a dataset's items cut once into N shards balanced by total duration (PLAN/plan.json and
+// PLAN/shard-NNNNN.jsonl), and which shard a worker is.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/dataset/manifest.h"
+
+namespace mimi::app::dataset {
+
+struct PlanOptions {
+  std::vector<std::string> manifests;
+  std::string out;      // PLAN/
+  int shards = 0;       // exactly one of shards and shard_hours
+  double shard_hours = 0;
+  int probe_threads = 0;  // 0 = 4 per CPU (header reads wait on storage)
+  bool force = false;
+};
+
+// Plans and writes PLAN/; prints a summary on stderr. Throws Error(Usage/Input/Output).
+void make_plan(const PlanOptions& o);
+
+// Assigns items to n shards, longest first to the least loaded shard (ties: lower index), then
+// orders each shard by duration (shortest first; ties by key). Ownership depends only on the
+// items: never on what is done.
+std::vector<std::vector<Item>> balance(std::vector<Item> items, int n);
+
+struct Plan {
+  std::string dir;
+  nlohmann::json meta;  // plan.json
+  std::string digest;   // sha256 of plan.json
+  int shards = 0;
+  std::vector<double> shard_seconds;
+  std::vector<size_t> shard_items;
+};
+// Throws Error(Usage) when PLAN/ holds no plan, Error(Input) when it is damaged.
+Plan read_plan(const std::string& dir);
+// The items of one shard; checks the file's digest against plan.json.
+std::vector<Item> read_shard_items(const Plan& p, int shard);
+
+std::string shard_name(int shard);  // "shard-00042"
+
+// --shard I/N or auto. `env` reads an environment variable (nullopt: unset). For auto: the index
+// from SLURM_ARRAY_TASK_ID (minus SLURM_ARRAY_TASK_MIN), else SLURM_PROCID (of SLURM_NTASKS), else
+// RANK (of WORLD_SIZE), else JOB_COMPLETION_INDEX; refused when none is set or when two of these
+// launchers (Slurm, torchrun, Kubernetes) name different indices; a count the launcher gives
+// must equal the plan's. Returns the index; throws Error(Usage) saying why not.
+using EnvLookup = std::function<std::optional<std::string>(const char*)>;
+int resolve_shard(const std::string& spec, int plan_shards, const EnvLookup& env);
+EnvLookup process_env();
+
+}  // namespace mimi::app::dataset

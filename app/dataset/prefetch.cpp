@@ -1,0 +1,87 @@
+#include "app/dataset/prefetch.h"
+
+#include "app/pipeline.h"
+#include "codec/error.h"
+
+namespace mimi::app::dataset {
+
+Prefetcher::Prefetcher(const std::vector<Item>& items, std::vector<size_t> order, int model_rate, size_t capacity)
+    : items_(items), order_(std::move(order)), rate_(model_rate), capacity_(capacity) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+bool Prefetcher::push(Piece p) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return stop_ || q_.empty() || queued_ + p.pcm.size() <= capacity_; });
+  if (stop_) return false;
+  queued_ += p.pcm.size();
+  q_.push_back(std::move(p));
+  cv_.notify_all();
+  return true;
+}
+
+Piece Prefetcher::pop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !q_.empty() || fatal_; });
+  if (q_.empty()) std::rethrow_exception(fatal_);
+  Piece p = std::move(q_.front());
+  q_.pop_front();
+  queued_ -= p.pcm.size();
+  cv_.notify_all();
+  return p;
+}
+
+namespace {
+Piece piece(Piece::Kind k, size_t item) {
+  Piece p;
+  p.kind = k;
+  p.item = item;
+  return p;
+}
+}  // namespace
+
+void Prefetcher::run() {
+  try {
+    for (size_t idx : order_) {
+      const Item& it = items_[idx];
+      const char* stage = "open";
+      try {
+        MonoSource src(it.path, rate_, AudioSpan{it.start, it.end, it.channel});
+        Piece start = piece(Piece::Start, idx);
+        start.rate = src.source_rate();
+        start.channels = src.source_channels();
+        if (!push(std::move(start))) return;
+        stage = "read";
+        for (std::vector<float> pcm; src.next(pcm);) {
+          Piece d = piece(Piece::Data, idx);
+          d.pcm = std::move(pcm);
+          if (!push(std::move(d))) return;
+        }
+        Piece end = piece(Piece::End, idx);
+        end.message = src.shortfall();
+        if (!push(std::move(end))) return;
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::Input) throw;
+        Piece f = piece(Piece::Fail, idx);
+        f.stage = stage;
+        f.message = e.what();
+        if (!push(std::move(f))) return;
+      }
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fatal_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+}  // namespace mimi::app::dataset

@@ -1,0 +1,28 @@
+// SHA-256 (FIPS 180-4) of the dataset mode's digests: manifests, the plan, finished shards.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace mimi::app::dataset {
+
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t n);
+  std::string hex();  // finishes; the object is spent afterwards
+
+ private:
+  void block(const uint8_t* p);
+  uint32_t h_[8];
+  uint8_t buf_[64];
+  size_t used_ = 0;
+  uint64_t bits_ = 0;
+};
+
+std::string sha256_hex(const void* data, size_t n);
+// Of a whole file, read in pieces. Throws Error(Input) naming the path.
+std::string sha256_file(const std::string& path);
+
+}  // namespace mimi::app::dataset

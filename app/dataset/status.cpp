@@ -1,0 +1,171 @@
+// `mimi dataset status`: what is done, partial, failed or still to do, per shard.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "app/dataset/dataset.h"
+#include "app/dataset/shard_writer.h"
+#include "codec/error.h"
+
+namespace mimi::app::dataset {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct ShardState {
+  int shard = 0;
+  std::string state = "todo";  // done, partial, failed, todo
+  size_t items = 0, done_items = 0, errors = 0;
+  double seconds = 0, done_seconds = 0;
+  double started = 0, last = 0;  // Unix times (0: unknown)
+};
+
+// A journal read leniently (a line being written may be cut): what the shard has so far.
+void read_journal(const std::string& path, ShardState& s, int rate, double mtime) {
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const std::exception&) {
+      break;
+    }
+    const std::string k = j.value("k", "");
+    if (k == "begin") s.started = j.value("t", 0.0);
+    if (k == "ok") ++s.done_items, s.done_seconds += double(j.value("samples", int64_t(0))) / rate;
+    if (k == "err") ++s.done_items, ++s.errors;
+  }
+  s.last = mtime;
+}
+
+double mtime_of(const std::string& p) {
+  std::error_code ec;
+  const auto t = fs::last_write_time(p, ec);
+  if (ec) return 0;
+  const auto sys = std::chrono::file_clock::to_sys(t);
+  return std::chrono::duration<double>(sys.time_since_epoch()).count();
+}
+
+std::string duration_text(double s) {
+  char b[64];
+  if (s < 120) std::snprintf(b, sizeof b, "%.0f s", s);
+  else if (s < 7200) std::snprintf(b, sizeof b, "%.0f min", s / 60);
+  else std::snprintf(b, sizeof b, "%.1f h", s / 3600);
+  return b;
+}
+
+}  // namespace
+
+std::string ranges(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += std::to_string(v[i]);
+    if (j > i) {
+      out += '-';
+      out += std::to_string(v[j]);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+int status(const StatusOptions& o) {
+  if (o.format != "table" && o.format != "json" && o.format != "ranges")
+    throw Error(ErrorKind::Usage, "--format must be table, json or ranges");
+  std::string plan_dir = o.plan;
+  int rate = 24000;
+  std::error_code ec;
+  if (fs::exists(fs::path(o.out) / "dataset.json", ec)) {
+    const json d = read_dataset_json(o.out);
+    if (plan_dir.empty()) plan_dir = d.value("plan", "");
+    rate = d.value("sample_rate", 24000);
+  } else if (plan_dir.empty()) {
+    throw Error(ErrorKind::Usage, o.out + ": no dataset.json yet (no shard started); give --plan PLAN/");
+  }
+  const Plan plan = read_plan(plan_dir);
+  std::vector<ShardState> shards;
+  const double now_t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (int i = 0; i < plan.shards; ++i) {
+    ShardState s;
+    s.shard = i;
+    s.items = plan.shard_items[size_t(i)];
+    s.seconds = plan.shard_seconds[size_t(i)];
+    const ShardPaths p(o.out, i);
+    const json done = read_done(p);
+    if (!done.is_null()) {
+      s.state = "done";
+      s.done_items = done.value("items", size_t(0));
+      s.errors = done.value("errors", size_t(0));
+      s.done_seconds = done.value("audio_seconds", 0.0);
+      s.started = done.value("started", 0.0);
+      s.last = done.value("finished", 0.0);
+    } else if (fs::exists(p.journal, ec) || fs::exists(p.partial, ec)) {
+      read_journal(p.journal, s, rate, mtime_of(p.journal));
+      s.state = fs::exists(p.failed, ec) ? "failed" : "partial";
+    }
+    shards.push_back(s);
+  }
+  std::vector<int> todo;
+  size_t n_done = 0, n_partial = 0, n_failed = 0, n_todo = 0;
+  double total = 0, done_s = 0, first = 0, last = 0;
+  bool running = false;
+  for (const ShardState& s : shards) {
+    if (s.state != "done") todo.push_back(s.shard);
+    n_done += s.state == "done", n_partial += s.state == "partial", n_failed += s.state == "failed";
+    n_todo += s.state == "todo";
+    total += s.seconds;
+    done_s += s.done_seconds;
+    if (s.started > 0) first = first > 0 ? std::min(first, s.started) : s.started;
+    last = std::max(last, s.last);
+    running |= s.state == "partial";
+  }
+  if (running) last = std::max(last, now_t);
+  // The observed rate of all workers together: audio done over the time since the first began.
+  const double rate_x = last > first && first > 0 ? done_s / (last - first) : 0;
+  const double remaining = std::max(0.0, total - done_s);
+  const double eta = rate_x > 0 ? remaining / rate_x : -1;
+
+  if (o.format == "ranges") {
+    if (!todo.empty()) std::cout << ranges(todo) << "\n";
+    return 0;
+  }
+  if (o.format == "json") {
+    json list = json::array();
+    for (const ShardState& s : shards) {
+      if (o.todo && s.state == "done") continue;
+      list.push_back({{"shard", s.shard}, {"state", s.state}, {"items", s.items}, {"done_items", s.done_items},
+                      {"errors", s.errors}, {"hours", s.seconds / 3600}, {"done_hours", s.done_seconds / 3600}});
+    }
+    std::cout << json({{"shards", list}, {"done", n_done}, {"partial", n_partial}, {"failed", n_failed},
+                       {"todo", n_todo}, {"hours", total / 3600}, {"done_hours", done_s / 3600},
+                       {"real_time_factor", rate_x},
+                       {"eta_seconds", eta < 0 || n_done == shards.size() ? json(nullptr) : json(eta)},
+                       {"todo_ranges", ranges(todo)}})
+                     .dump(1)
+              << "\n";
+    return 0;
+  }
+  std::printf("%-12s %-8s %8s %8s %8s %9s %9s\n", "shard", "state", "items", "done", "errors", "hours", "done_h");
+  for (const ShardState& s : shards) {
+    if (o.todo && s.state == "done") continue;
+    std::printf("%-12s %-8s %8zu %8zu %8zu %9.3f %9.3f\n", shard_name(s.shard).c_str(), s.state.c_str(), s.items,
+                s.done_items, s.errors, s.seconds / 3600, s.done_seconds / 3600);
+  }
+  std::printf("%d shards: %zu done, %zu partial, %zu failed, %zu todo; %.3f of %.3f h done (%.0f%%)", plan.shards,
+              n_done, n_partial, n_failed, n_todo, done_s / 3600, total / 3600, total > 0 ? 100 * done_s / total : 100.0);
+  if (rate_x > 0) std::printf("; %.1fx real time", rate_x);
+  if (n_done < shards.size() && eta >= 0) std::printf("; ETA %s", duration_text(eta).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace mimi::app::dataset
