@@ -14,7 +14,7 @@
 #include "codec/test_weights.h"
 #include "codec/weights.h"
 #include "support/golden.h"
-#include "support/sha256.h"
+#include "codec/sha256.h"
 
 using namespace mimi;
 using namespace mimi::test;

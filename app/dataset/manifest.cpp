@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "app/audio_io.h"
-#include "app/dataset/sha256.h"
+#include "codec/sha256.h"
 #include "app/dataset/tar.h"
 #include "codec/error.h"
 

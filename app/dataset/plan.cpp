@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "app/dataset/sha256.h"
+#include "codec/sha256.h"
 #include "app/file_io.h"
 #include "codec/error.h"
 

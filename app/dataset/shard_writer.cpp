@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "app/dataset/plan.h"
-#include "app/dataset/sha256.h"
+#include "codec/sha256.h"
 #include "app/dataset/tar.h"
 #include "app/file_io.h"
 #include "codec/error.h"

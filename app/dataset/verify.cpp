@@ -10,7 +10,7 @@
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/item_files.h"
-#include "app/dataset/sha256.h"
+#include "codec/sha256.h"
 #include "app/dataset/shard_writer.h"
 #include "app/dataset/tar.h"
 #include "codec/error.h"

@@ -14,13 +14,12 @@
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/item_files.h"
-#include "app/dataset/sha256.h"
 #include "app/dataset/tar.h"
 #include "app/token_file.h"
 #include "codec/error.h"
+#include "codec/sha256.h"
 #include "support/cli.h"
 #include "support/golden.h"
-#include "support/sha256.h"
 
 using namespace mimi;
 using namespace mimi::test;
@@ -238,9 +237,19 @@ TEST_CASE("dataset unit: ranges, sha256, npy and tar members") {
   CHECK(ds::ranges({3, 17, 18, 19}) == "3,17-19");
   CHECK(ds::ranges({0, 1, 2, 4, 6, 7}) == "0-2,4,6-7");
   CHECK(ds::ranges({}) == "");
+  // FIPS 180-4's examples (one and two blocks, a million bytes), then pieces of every size across
+  // the 55/56/64-byte padding edges against the one-shot digest
+  CHECK(sha256_hex("", 0) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abc", 3) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  CHECK(sha256_hex(two.data(), two.size()) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  CHECK(sha256_hex(million.data(), million.size()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   for (size_t n : {0, 3, 55, 56, 63, 64, 65, 1000}) {
     const std::string s(n, 'x');
-    CHECK(ds::sha256_hex(s.data(), s.size()) == sha256_hex(s.data(), s.size()));
+    Sha256 pieces;
+    for (size_t i = 0; i < n; i += 7) pieces.update(s.data() + i, std::min<size_t>(7, n - i));
+    CHECK(pieces.hex() == sha256_hex(s.data(), s.size()));
   }
   Codes c;
   c.n_q = 2, c.frames = 3, c.data = {0, 1, 2047, 5, 1024, 7};

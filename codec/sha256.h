@@ -1,11 +1,12 @@
-// SHA-256 (FIPS 180-4) of the dataset mode's digests: manifests, the plan, finished shards.
+// SHA-256 (FIPS 180-4): the dataset mode's digests (manifests, the plan, finished shards) and the
+// tests' checks of generated weights against the reference manifests.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace mimi::app::dataset {
+namespace mimi {
 
 class Sha256 {
  public:
@@ -25,4 +26,4 @@ std::string sha256_hex(const void* data, size_t n);
 // Of a whole file, read in pieces. Throws Error(Input) naming the path.
 std::string sha256_file(const std::string& path);
 
-}  // namespace mimi::app::dataset
+}  // namespace mimi

@@ -1,4 +1,4 @@
-#include "app/dataset/sha256.h"
+#include "codec/sha256.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -7,7 +7,7 @@
 
 #include "codec/error.h"
 
-namespace mimi::app::dataset {
+namespace mimi {
 namespace {
 
 constexpr uint32_t kK[64] = {
@@ -92,4 +92,4 @@ std::string sha256_file(const std::string& path) {
   return s.hex();
 }
 
-}  // namespace mimi::app::dataset
+}  // namespace mimi
