@@ -7,6 +7,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/pipeline.h"
+#include "codec/error.h"
 #include "app/weights_locate.h"
 #include "codec/engine.h"
 #include "codec/test_weights.h"
@@ -31,6 +33,22 @@ std::vector<float> test_signal(int64_t n, int rate) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     x[size_t(i)] = float(0.2 * env * v + 0.01 * (double(s >> 40) / 16777216.0 - 0.5));
   }
+  return x;
+}
+
+// The bench input of n samples: the --input file (24 kHz mono, through the encode pipeline's reader)
+// repeated, or the synthetic signal.
+std::vector<float> bench_signal(const std::string& input, int64_t n, int rate) {
+  if (input.empty()) return test_signal(n, rate);
+  static std::vector<float> once;  // [samples] of the file at the model rate
+  if (once.empty()) {
+    MonoSource src(input, rate);
+    std::vector<float> pcm;
+    while (src.next(pcm)) once.insert(once.end(), pcm.begin(), pcm.end());
+    if (once.empty()) throw Error(ErrorKind::Input, input + ": no audio samples");
+  }
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = once[size_t(i) % once.size()];
   return x;
 }
 
@@ -74,7 +92,7 @@ int run_bench(const BenchOptions& o) {
   std::vector<Row> rows;
   for (double secs : o.seconds) {
     const int64_t n = int64_t(secs * c.sample_rate);
-    const std::vector<float> pcm = test_signal(n, c.sample_rate);
+    const std::vector<float> pcm = bench_signal(o.input, n, c.sample_rate);
     Codes codes;
     for (const char* dir : {"encode", "decode"}) {
       Row r{dir, secs, {}, {}, 0};
@@ -141,7 +159,7 @@ int run_bench(const BenchOptions& o) {
       nlohmann::json st = nlohmann::json::object();
       for (const auto& [k, v] : r.profile.stages) st[k] = {{"seconds", v.seconds}, {"gflop", v.flops / 1e9}};
       const double med = median(r.times);
-      out["results"].push_back({{"direction", r.direction}, {"audio_s", r.seconds}, {"runs", r.times.size()},
+      out["results"].push_back({{"direction", r.direction}, {"audio_s", r.seconds}, {"runs", r.times.size()}, {"times", r.times},
                                 {"min_s", *std::min_element(r.times.begin(), r.times.end())}, {"median_s", med},
                                 {"max_s", *std::max_element(r.times.begin(), r.times.end())},
                                 {"rtf", r.seconds / med}, {"gflop", r.flops / 1e9}, {"gflops", r.flops / med / 1e9},

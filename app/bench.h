@@ -12,6 +12,7 @@ struct BenchOptions {
   int n_q = 8;
   std::string weights;  // empty: the full-size PRNG test weights, generated in memory
   std::string config;
+  std::string input;  // audio file tiled to each length (empty: a synthetic speech-like signal)
   int threads = 0;
   std::string device = "cpu";
   int batch = 1;  // inputs per timed run (one after another through the engine's plans)

@@ -520,7 +520,7 @@ int App::gen_weights(const std::string& config, const std::string& dialect, uint
   else if (dialect == "hf") d = Dialect::HuggingFace;
   else throw Error(ErrorKind::Usage, "--dialect must be moshi or hf");
   const GeneratedWeights w = generate_test_weights(cfg, seed);
-  write_output(out, test_weights_file(w, d, {{"generator", "mimi gen-weights"}, {"config", config}, {"seed", std::to_string(seed)}}),
+  write_output(out, test_weights_file(w, d, {{"format", "pt"}, {"generator", "mimi gen-weights"}, {"config", config}, {"seed", std::to_string(seed)}}),
                common_.force);
   if (out != "-") {  // a config.json beside the file makes it loadable without --config
     const std::string cj = (fs::path(out).parent_path() / "config.json").string();

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
   b->add_option("--n-q", bench.n_q, "Codebooks")->capture_default_str();
   b->add_option("--weights", bench.weights, "Weights [default: the full-size PRNG test weights]");
   b->add_option("--config", bench.config, "Config for --weights");
+  b->add_option("--input", bench.input, "Audio file, repeated to each length [default: a synthetic speech-like signal]");
   b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str();
   b->add_option("--device", bench.device, "cpu, ref, cuda[:i] or hip[:i]")->capture_default_str();
   b->add_option("--batch", bench.batch, "Inputs per timed run, one after another (times are per input)")

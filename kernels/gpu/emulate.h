@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -233,6 +234,20 @@ struct Warp {
   uint64_t values[64] = {};
 };
 
+// MIMI_EMU_JITTER=1 (threads executor): a thread that arrives at a barrier or warp operation
+// sleeps a little before its checks, which opens the interleavings a busy machine produces only
+// now and then (how the emulator's own barrier checks are tested against false alarms).
+inline bool jitter() {
+  static const bool on = [] {
+    const char* v = std::getenv("MIMI_EMU_JITTER");
+    return v && *v && *v != '0';
+  }();
+  return on;
+}
+inline void jitter_pause(unsigned salt) {
+  if (jitter()) std::this_thread::sleep_for(std::chrono::microseconds(40 + 23 * (salt % 5)));
+}
+
 struct Block {  // the running block: its barriers and dynamic shared memory
   const char* kernel = nullptr;
   unsigned n = 0;  // threads in the block
@@ -263,7 +278,11 @@ inline void sync_threads() {
     if (b->exec == Exec::Threads) b->generation.notify_all();
     return;
   }
-  if (b->exited.load() > 0)
+  if (b->exec == Exec::Threads) jitter_pause(threadIdx.x);
+  // A returned thread is a divergence only while this barrier is still incomplete: once the
+  // last thread arrived, a fast thread may leave it, finish the kernel and return before a slow
+  // one, descheduled right after arriving, gets here.
+  if (b->exited.load() > 0 && b->generation.load() == g)
     die(b->kernel, "__syncthreads() reached after another thread of the block returned (divergent barrier)");
   if (b->exec == Exec::Fibers) {
     while (b->generation.load() == g) fiber_wait();
@@ -321,7 +340,8 @@ inline void warp_meet(const WarpCall& c) {
     if (c.b->exec == Exec::Threads) w.generation.notify_all();
     return;
   }
-  if (w.exited.load() & c.mask)
+  if (c.b->exec == Exec::Threads) jitter_pause(c.lane);
+  if ((w.exited.load() & c.mask) && w.generation.load() == g)  // as in sync_threads
     die(c.b->kernel, "a warp operation's mask names a lane that returned (divergent warp operation)");
   if (c.b->exec == Exec::Fibers) {
     while (w.generation.load() == g) fiber_wait();
