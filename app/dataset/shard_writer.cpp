@@ -241,10 +241,7 @@ void ShardWriter::add_item(size_t index, const std::string& key, const std::vect
   e.end = tar_size_;
   e.frames = frames;
   e.samples = samples;
-  pend(e);
-  entries_.push_back(std::move(e));
-  ++next_;
-  maybe_sync();
+  record(std::move(e));
 }
 
 void ShardWriter::add_error(size_t index, const std::string& key, const std::string& path, const std::string& stage,
@@ -258,10 +255,16 @@ void ShardWriter::add_error(size_t index, const std::string& key, const std::str
   e.stage = stage;
   e.message = message;
   e.end = tar_size_;
+  ++errors_;
+  record(std::move(e));
+}
+
+// The item is done (in the tar, or as an error): its journal line is queued, and written with the
+// next batch.
+void ShardWriter::record(JournalEntry e) {
   pend(e);
   entries_.push_back(std::move(e));
   ++next_;
-  ++errors_;
   maybe_sync();
 }
 

@@ -72,6 +72,7 @@ class ShardWriter {
  private:
   void resume(const nlohmann::json& header);
   void journal_line(const nlohmann::json& j);
+  void record(JournalEntry e);        // an item done: journal line queued, next index
   void pend(const JournalEntry& e);  // queues its journal line
   void maybe_sync();
 
