@@ -32,7 +32,7 @@ LoadedEngine make_engine(const EngineSpec& spec) {
   eo.device = Device::parse(spec.device);
   eo.threads = spec.threads;
   le.engine = std::make_unique<Engine>(model, eo);
-  spdlog::debug("device {}", describe(eo.device));
+  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("device {}", describe(eo.device));
   le.load_seconds = now() - t0;
   spdlog::debug("weights {} ({} dialect, config from {}, fingerprint {}) loaded in {:.2f} s", le.weights_path,
                 dialect_name(model->dialect), le.config_origin, model->fingerprint, le.load_seconds);

@@ -91,27 +91,39 @@ std::string gpu_backend() {
 #endif
 }
 
+namespace {
+// What the runtime calls a device this build has (never throws).
+std::string device_name(const Device& d) {
+  switch (d.kind) {
+    case Device::Kind::Cpu: return "CPU kernels";
+    case Device::Kind::Ref: return "naive reference kernels";
+    default:
+#ifdef MIMI_WITH_GPU_KERNELS
+      try {
+        return gpu::device_name(d.index);
+      } catch (const Error& e) {
+        return std::string("unreadable: ") + e.what();
+      }
+#else
+      return "";
+#endif
+  }
+}
+}  // namespace
+
 std::vector<DeviceDescription> list_devices() {
-  std::vector<DeviceDescription> out{{Device{}, "CPU kernels", false}, {Device{Device::Kind::Ref, 0}, "naive reference kernels", false}};
+  std::vector<DeviceDescription> out;
+  for (const Device d : {Device{}, Device{Device::Kind::Ref, 0}}) out.push_back({d, device_name(d), false});
 #ifdef MIMI_WITH_GPU_KERNELS
   const Device::Kind kind = std::string(gpu::vendor()) == "HIP" ? Device::Kind::Hip : Device::Kind::Cuda;
-  for (int i = 0, n = gpu::device_count(); i < n; ++i) {
-    std::string name;
-    try {
-      name = gpu::device_name(i);
-    } catch (const Error& e) {
-      name = std::string("unreadable: ") + e.what();
-    }
-    out.push_back({Device{kind, i}, name, gpu::emulated()});
-  }
+  for (int i = 0, n = gpu::device_count(); i < n; ++i) out.push_back({Device{kind, i}, device_name({kind, i}), gpu::emulated()});
 #endif
   return out;
 }
 
 std::string describe(const Device& d) {
-  for (const DeviceDescription& dd : list_devices())
-    if (dd.device == d) return d.str() + " (" + dd.name + ")";
-  return d.str();
+  const std::string name = device_name(d);
+  return name.empty() ? d.str() : d.str() + " (" + name + ")";
 }
 
 }  // namespace mimi

@@ -102,13 +102,13 @@ enum cudaMemcpyKind {
 // (emulate_runtime.h) the work submitted to it is recorded here instead of run.
 struct mimi_emu_stream {
   bool invalidated = false;  // a forbidden call happened during the capture
-  std::vector<std::function<void()>> recorded;
+  std::vector<std::function<cudaError_t()>> recorded;
 };
 struct mimi_emu_graph {  // what a capture recorded, in submission order
-  std::vector<std::function<void()>> work;
+  std::vector<std::function<cudaError_t()>> work;
 };
 struct mimi_emu_graph_exec {
-  std::vector<std::function<void()>> work;
+  std::vector<std::function<cudaError_t()>> work;
 };
 using cudaStream_t = mimi_emu_stream*;
 using cudaEvent_t = struct mimi_emu_event*;
@@ -168,10 +168,11 @@ inline bool on_device(const void* p, size_t bytes) {
   return a >= it->first && a + bytes <= it->first + it->second;
 }
 
-// Work submitted to stream s (a launch, an async copy or memset, a graph): run now, or recorded
-// when s is being captured. Work for another stream while a capture is under way is what the
-// real runtime refuses in global capture mode: it invalidates the capture and fails.
-inline cudaError_t submit(cudaStream_t s, std::function<void()> work) {
+// Work submitted to stream s (a launch, an async copy or memset, a graph): run now, returning its
+// error as the synchronous call would, or recorded when s is being captured. Work for another
+// stream while a capture is under way is what the real runtime refuses in global capture mode:
+// it invalidates the capture and fails.
+inline cudaError_t submit(cudaStream_t s, std::function<cudaError_t()> work) {
   {
     std::lock_guard lk(state().m);
     if (cudaStream_t cap = state().capturing) {
@@ -184,8 +185,7 @@ inline cudaError_t submit(cudaStream_t s, std::function<void()> work) {
       return cudaErrorStreamCaptureImplicit;
     }
   }
-  work();
-  return cudaSuccess;
+  return work();
 }
 
 // --- block execution ---------------------------------------------------------------------------
@@ -599,7 +599,10 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
     return;
   }
   std::tuple<std::decay_t<Params>...> params(std::forward<Args>(args)...);
-  submit(stream, [=] { run_grid(name, kernel, grid, block, shared, params); });
+  submit(stream, [=] {
+    run_grid(name, kernel, grid, block, shared, params);
+    return cudaSuccess;
+  });
 }
 
 inline void* dynamic_shared() {

@@ -98,16 +98,16 @@ inline cudaError_t Memset(void* p, int value, size_t bytes) {
 inline cudaError_t MemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr) {
   if (!side_ok(dst_on_device(kind), dst, bytes) || !side_ok(src_on_device(kind), src, bytes))
     return set_error(cudaErrorInvalidValue);
-  return submit(s, [=] { copy_now(dst, src, bytes, kind); });
+  return submit(s, [=] { return copy_now(dst, src, bytes, kind); });
 }
 inline cudaError_t Memcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                                  size_t height, cudaMemcpyKind kind, cudaStream_t s = nullptr) {
   if (width > dpitch || width > spitch) return set_error(cudaErrorInvalidValue);
-  return submit(s, [=] { copy2d_now(dst, dpitch, src, spitch, width, height, kind); });
+  return submit(s, [=] { return copy2d_now(dst, dpitch, src, spitch, width, height, kind); });
 }
 inline cudaError_t MemsetAsync(void* p, int value, size_t bytes, cudaStream_t s = nullptr) {
   if (!side_ok(true, p, bytes)) return set_error(cudaErrorInvalidValue);
-  return submit(s, [=] { memset_now(p, value, bytes); });
+  return submit(s, [=] { return memset_now(p, value, bytes); });
 }
 
 // --- device queries and errors ----------------------------------------------------------------
@@ -231,8 +231,11 @@ inline cudaError_t GraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
 }
 inline cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t s = nullptr) {
   if (!exec) return set_error(cudaErrorInvalidValue);
-  return submit(s, [exec] {
-    for (const auto& work : exec->work) work();
+  return submit(s, [exec] {  // the first failure is the launch's, as at the next sync on a GPU
+    cudaError_t first = cudaSuccess;
+    for (const auto& work : exec->work)
+      if (const cudaError_t e = work(); first == cudaSuccess) first = e;
+    return first;
   });
 }
 inline cudaError_t GraphExecDestroy(cudaGraphExec_t exec) {
