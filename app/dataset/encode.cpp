@@ -154,12 +154,11 @@ class Progress {
 
 json read_dataset_json(const std::string& out) {
   const std::string path = (fs::path(out) / "dataset.json").string();
-  std::ifstream f(path);
-  if (!f) throw Error(ErrorKind::Usage, path + ": missing (no shard of this output has been started)");
-  std::ostringstream s;
-  s << f.rdbuf();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw Error(ErrorKind::Usage, path + ": missing (no shard of this output has been started)");
+  const std::vector<uint8_t> text = read_input(path);
   try {
-    return json::parse(s.str());
+    return json::parse(text.begin(), text.end());
   } catch (const std::exception& e) {
     throw Error(ErrorKind::Input, path + ": damaged: " + e.what());
   }

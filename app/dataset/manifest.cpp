@@ -14,6 +14,7 @@
 #include "app/audio_io.h"
 #include "codec/sha256.h"
 #include "app/dataset/tar.h"
+#include "app/file_io.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {
@@ -25,12 +26,10 @@ namespace {
 const std::set<std::string> kAudioExtensions = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif",
                                                 ".aiff", ".au", ".caf", ".w64", ".rf64", ".wave"};
 
+// A manifest's text, through the project's one input reader (absolute paths: "-" is a file here).
 std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::Input, path + ": cannot open the manifest");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  const std::vector<uint8_t> b = read_input(path);
+  return {b.begin(), b.end()};
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -283,7 +282,7 @@ std::vector<Item> read_manifests(const std::vector<std::string>& paths, std::vec
     } else if (segment_files.count(abs)) {
       continue;  // read with its wav.scp
     } else {
-      const std::string text = read_text(p);
+      const std::string text = read_text(abs);
       m.sha256 = sha256_hex(text.data(), text.size());
       if (is_wav_scp(p)) {
         const std::string seg = (fs::path(abs).parent_path() / "segments").string();

@@ -21,12 +21,9 @@ using nlohmann::json;
 
 namespace {
 
-std::string read_file_text(const std::string& path, ErrorKind kind) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(kind, path + ": cannot open");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+std::string read_file_text(const std::string& path) {
+  const std::vector<uint8_t> b = read_input(path);
+  return {b.begin(), b.end()};
 }
 
 json item_json(const Item& it) {
@@ -153,7 +150,7 @@ Plan read_plan(const std::string& dir) {
   const std::string path = (fs::path(dir) / "plan.json").string();
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(ErrorKind::Usage, dir + ": no plan.json (make one with `mimi dataset plan`)");
-  const std::string text = read_file_text(path, ErrorKind::Input);
+  const std::string text = read_file_text(path);
   p.digest = sha256_hex(text.data(), text.size());
   try {
     p.meta = json::parse(text);
@@ -172,7 +169,7 @@ Plan read_plan(const std::string& dir) {
 
 std::vector<Item> read_shard_items(const Plan& p, int shard) {
   const std::string path = (fs::path(p.dir) / (shard_name(shard) + ".jsonl")).string();
-  const std::string text = read_file_text(path, ErrorKind::Input);
+  const std::string text = read_file_text(path);
   if (sha256_hex(text.data(), text.size()) != p.meta.at("shard_sha256").at(size_t(shard)).get<std::string>())
     throw Error(ErrorKind::Input, path + ": changed since it was planned (digest differs from plan.json)");
   std::vector<Item> items;

@@ -44,11 +44,12 @@ uint64_t file_size(int fd, const std::string& what) {
   return uint64_t(st.st_size);
 }
 
+// The file's text, or "" when there is none yet (a shard's first run has no journal).
 std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "";
+  const std::vector<uint8_t> b = read_input(path);
+  return {b.begin(), b.end()};
 }
 
 void write_text(const std::string& path, const std::string& text) {

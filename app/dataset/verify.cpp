@@ -13,6 +13,7 @@
 #include "codec/sha256.h"
 #include "app/dataset/shard_writer.h"
 #include "app/dataset/tar.h"
+#include "app/file_io.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {
@@ -20,12 +21,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::Input, path + ": cannot open");
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
 
 struct Checker {
   size_t problems = 0;
@@ -50,7 +45,7 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
   const int64_t frame_size = ds.at("frame_size").get<int64_t>();
   const int rate = ds.at("sample_rate").get<int>();
   if (done.value("plan_sha256", "") != plan.digest) bad(name + ": made from another plan");
-  const std::vector<uint8_t> tar = read_bytes(p.tar);
+  const std::vector<uint8_t> tar = read_input(p.tar);
   if (sha256_hex(tar.data(), tar.size()) != done.value("tar_sha256", ""))
     bad(name + ": " + p.tar + " does not match the sha256 in its .done record");
   std::vector<TarMember> members;
