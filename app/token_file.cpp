@@ -83,18 +83,7 @@ void check_codes(const TokenFile& t, const std::string& what) {
 }
 
 // ---- npy
-std::vector<uint8_t> write_npy(const TokenFile& t) {
-  std::string h = "{'descr': '<i4', 'fortran_order': False, 'shape': (" + std::to_string(t.codes.n_q) + ", " +
-                  std::to_string(t.codes.frames) + "), }";
-  const size_t total = 10 + h.size() + 1;
-  h.append((64 - total % 64) % 64, ' ');
-  h += '\n';
-  std::vector<uint8_t> o = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(h.size() & 0xff), uint8_t(h.size() >> 8)};
-  o.insert(o.end(), h.begin(), h.end());
-  const auto* p = reinterpret_cast<const uint8_t*>(t.codes.data.data());
-  o.insert(o.end(), p, p + t.codes.data.size() * 4);
-  return o;
-}
+std::vector<uint8_t> write_npy(const TokenFile& t) { return npy_bytes(t.codes, 4); }
 
 // The value of `key` in a .npy header dict ("{'descr': '<i4', 'fortran_order': False, 'shape': (8, 25), }").
 std::string npy_field(const std::string& h, const std::string& key, const std::string& what) {
@@ -384,6 +373,20 @@ TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const st
   if (t.codes.n_q < 1 || (t.codes.frames < 1 && t.complete)) bad(what, "no codes");
   check_codes(t, what);
   return t;
+}
+
+std::vector<uint8_t> npy_bytes(const Codes& c, int code_bytes) {
+  std::string h = std::string("{'descr': '<i") + char('0' + code_bytes) + "', 'fortran_order': False, 'shape': (" +
+                  std::to_string(c.n_q) + ", " + std::to_string(c.frames) + "), }";
+  const size_t total = 10 + h.size() + 1;
+  h.append((64 - total % 64) % 64, ' ');
+  h += '\n';
+  std::vector<uint8_t> o = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, uint8_t(h.size() & 0xff), uint8_t(h.size() >> 8)};
+  o.insert(o.end(), h.begin(), h.end());
+  o.reserve(o.size() + c.data.size() * size_t(code_bytes));
+  for (int32_t v : c.data)  // little-endian whatever the host
+    for (int k = 0; k < code_bytes; ++k) o.push_back(uint8_t(uint32_t(v) >> (8 * k)));
+  return o;
 }
 
 }  // namespace mimi::app

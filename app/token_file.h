@@ -51,6 +51,10 @@ TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const st
 
 nlohmann::json meta_to_json(const TokenMeta& m);
 
+// Codes [n_q, frames] as a .npy (version 1.0, C order, little-endian) of int32 (code_bytes 4, what
+// `encode -o x.npy` writes) or int16 (2, the dataset shards' members).
+std::vector<uint8_t> npy_bytes(const Codes& c, int code_bytes);
+
 // One line of a text token file or stream, [b, e) without its '\n': whitespace-separated integer
 // codes into `frame`. False for a blank line or a comment ('#' in the first column); throws
 // Error(Input) naming `what`, the line and the token for anything else. The one grammar of both

@@ -3,27 +3,11 @@
 #include <cstring>
 
 #include "app/dataset/tar.h"
+#include "app/token_file.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {
 using nlohmann::json;
-
-std::vector<uint8_t> npy_int16(const Codes& c) {
-  std::string dict = "{'descr': '<i2', 'fortran_order': False, 'shape': (" + std::to_string(c.n_q) + ", " +
-                     std::to_string(c.frames) + "), }";
-  const size_t unpadded = 10 + dict.size() + 1;  // magic, version, length; the dict; '\n'
-  dict.append((64 - unpadded % 64) % 64, ' ');
-  dict += '\n';
-  const std::string head = std::string("\x93NUMPY\x01\x00", 8) + char(dict.size() & 0xff) + char(dict.size() >> 8) + dict;
-  std::vector<uint8_t> b(head.size() + c.data.size() * 2);
-  std::memcpy(b.data(), head.data(), head.size());
-  uint8_t* d = b.data() + head.size();
-  for (int32_t v : c.data) {  // codes < 2048: int16 holds them; little-endian whatever the host
-    *d++ = uint8_t(v & 0xff);
-    *d++ = uint8_t((v >> 8) & 0xff);
-  }
-  return b;
-}
 
 json item_record(const Item& it, const ItemAudio& a, const Codes& c, int model_rate) {
   return {{"id", it.id},
@@ -42,7 +26,7 @@ json item_record(const Item& it, const ItemAudio& a, const Codes& c, int model_r
 
 std::vector<uint8_t> item_members(const Item& it, const ItemAudio& a, const Codes& c, int model_rate) {
   std::vector<uint8_t> out;
-  const std::vector<uint8_t> npy = npy_int16(c);
+  const std::vector<uint8_t> npy = npy_bytes(c, 2);
   const std::string meta = item_record(it, a, c, model_rate).dump() + "\n";
   append_member(out, it.key + ".npy", npy.data(), npy.size());
   append_member(out, it.key + ".json", reinterpret_cast<const uint8_t*>(meta.data()), meta.size());

@@ -17,12 +17,11 @@ struct ItemAudio {
   int source_rate = 0, source_channels = 0;
 };
 
-std::vector<uint8_t> npy_int16(const Codes& c);
 nlohmann::json item_record(const Item& it, const ItemAudio& a, const Codes& c, int model_rate);
 // Both members, ready to append to the tar.
 std::vector<uint8_t> item_members(const Item& it, const ItemAudio& a, const Codes& c, int model_rate);
 
-// Parses an int16 npy as written above. Throws Error(Input) naming `what`.
+// Parses an int16 npy as item_members writes it (npy_bytes(codes, 2)). Throws Error(Input) naming `what`.
 Codes parse_npy_int16(const uint8_t* p, size_t n, const std::string& what);
 
 }  // namespace mimi::app::dataset

@@ -253,7 +253,7 @@ TEST_CASE("dataset unit: ranges, sha256, npy and tar members") {
   }
   Codes c;
   c.n_q = 2, c.frames = 3, c.data = {0, 1, 2047, 5, 1024, 7};
-  const auto npy = ds::npy_int16(c);
+  const auto npy = app::npy_bytes(c, 2);
   CHECK((10 + size_t(npy[8])) % 64 == 0);
   const Codes back = ds::parse_npy_int16(npy.data(), npy.size(), "x");
   CHECK(back.data == c.data);
