@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # libFuzzer + ASan + UBSan (no recovery) over every parser of mimi (tests/fuzz/README.md).
 #
-#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--keep-going] [TARGET...|all]
-#       build the targets (incrementally) and fuzz each in turn (default: all, 60 s each),
+#   scripts/fuzz.sh [--time SECONDS] [--runs N] [--timeout S] [--keep-going] [TARGET...|all]
+#       build the targets (incrementally) and fuzz each in turn (default: all, 60 s each;
+#       --runs N and --time S together: whichever comes first; --timeout: seconds one input
+#       may take before it counts as a hang, default 20 — raise it for long runs at low priority),
 #       starting from its committed seeds (tests/fuzz/seeds/<target>/) copied into a scratch
 #       corpus (build-fuzz/corpus/<target>/, kept between runs). Prints per target: executions,
 #       exec/s, coverage (cov/ft), corpus size and findings (saved under build-fuzz/findings/).
@@ -22,10 +24,11 @@ OUT=build-fuzz
 declare -A MAXLEN=([safetensors_weights]=32768 [safetensors_tokens]=4096 [npy]=4096 [text]=4096 [mimi]=4096
                    [config]=4096 [audio]=8192 [stream_encode]=16384 [stream_decode]=4096)
 
-mode=fuzz secs=60 runs="" keep_going=0 targets=()
+mode=fuzz secs=60 secs_given=0 runs="" unit_timeout=20 keep_going=0 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --time) secs=$2; shift ;;
+    --time) secs=$2; secs_given=1; shift ;;
+    --timeout) unit_timeout=$2; shift ;;
     --runs) runs=$2; shift ;;
     --smoke) secs=20 ;;
     --keep-going) keep_going=1 ;;
@@ -103,11 +106,12 @@ for t in "${targets[@]}"; do
   mkdir -p $corpus $findings
   cp -n tests/fuzz/seeds/$t/* $corpus/ 2>/dev/null || true
   before=$(ls $findings | wc -l)
-  args=(-max_len=${MAXLEN[$t]} -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 -artifact_prefix=$findings/)
-  if [ -n "$runs" ]; then args+=(-runs=$runs); else args+=(-max_total_time=$secs); fi
+  args=(-max_len=${MAXLEN[$t]} -rss_limit_mb=2048 -timeout=$unit_timeout -print_final_stats=1 -artifact_prefix=$findings/)
+  [ -n "$runs" ] && args+=(-runs=$runs)
+  { [ -z "$runs" ] || [ $secs_given = 1 ]; } && args+=(-max_total_time=$secs)
   [ $keep_going = 1 ] && args+=(-fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1)
   log=$OUT/fuzz-$t.log
-  echo "== fuzz_$t (${runs:+$runs runs}${runs:-$secs s}), log $log" >&2
+  echo "== fuzz_$t (${runs:+$runs runs, }$( [ -z "$runs" ] || [ $secs_given = 1 ] && echo "$secs s")), log $log" >&2
   rc=0
   $OUT/fuzz_$t "${args[@]}" $corpus >"$log" 2>&1 || rc=$?
   last=$(grep -E '^#[0-9]+.*(cov|exec/s)' "$log" | tail -1 || true)
