@@ -1,5 +1,7 @@
 #include "app/bench.h"
 
+#include "codec/batch.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,6 +12,7 @@
 #include "app/pipeline.h"
 #include "codec/error.h"
 #include "app/weights_locate.h"
+#include "codec/batch.h"
 #include "codec/engine.h"
 #include "codec/test_weights.h"
 #include "codec/weights.h"
@@ -103,9 +106,37 @@ int run_bench(const BenchOptions& o) {
         // the engine's own chunked path, with the profile attached to the plans it uses
         engine.set_profile(o.stages ? &p : nullptr);
         const double t0 = now();
-        for (int b = 0; b < batch; ++b) {  // outputs land in host memory, so the device is done
+        if (batch == 1) {  // outputs land in host memory, so the device is done
           if (enc) codes = engine.encode(pcm.data(), n, o.n_q);
           else engine.decode(codes);
+        } else {  // `batch` copies at once, one per slot of a batched plan (codec/batch.h)
+          int queued = 0;
+          if (enc) {
+            std::vector<int64_t> pos(size_t(batch), 0);
+            encode_batch(
+                engine, o.n_q, batch,
+                [&](PcmItem& it) {
+                  if (queued == batch) return false;
+                  const size_t q = size_t(queued++);
+                  it = {q, [&, q](float* dst, int64_t k) {
+                          k = std::min(k, n - pos[q]);
+                          std::copy_n(pcm.data() + pos[q], k, dst);
+                          pos[q] += k;
+                          return k;
+                        }};
+                  return true;
+                },
+                [&](const PcmItem&, Codes&& c) { codes = std::move(c); });
+          } else {
+            decode_batch(
+                engine, o.n_q, batch,
+                [&](CodesItem& it) {
+                  if (queued == batch) return false;
+                  it = {size_t(queued++), &codes};
+                  return true;
+                },
+                [](const CodesItem&, const float*, int64_t) {}, [](const CodesItem&) {});
+          }
         }
         const double dt = (now() - t0) / batch;  // per input: the table's rows are per input
         engine.set_profile(nullptr);
@@ -123,27 +154,33 @@ int run_bench(const BenchOptions& o) {
     }
   }
 
-  // Streaming latency: compute time per 80 ms frame, pushing one frame at a time.
+  // Streaming latency: compute time per 80 ms frame step, one frame at a time in every slot.
   struct Latency {
     std::vector<double> enc, dec;
   } lat;
   if (o.latency_frames > 0) {
     const int64_t fs = c.frame_size(), nf = o.latency_frames;
     const std::vector<float> pcm = test_signal(nf * fs, c.sample_rate);
-    EncodePlan& ep = engine.encode_plan(1, o.n_q);
+    EncodePlan& ep = engine.encode_plan(1, o.n_q, batch);
     ep.reset();
-    std::vector<int32_t> codes;
+    const std::vector<int64_t> ones(size_t(batch), 1);
+    std::vector<const float*> frame(static_cast<size_t>(batch));
+    std::vector<int32_t> codes;  // [frames][n_q] of slot 0
     for (int64_t f = 0; f < nf; ++f) {
+      std::fill(frame.begin(), frame.end(), pcm.data() + f * fs);
       const double t0 = now();
-      ep.push(pcm.data() + f * fs, 1);
+      ep.step(frame.data(), ones.data());
       lat.enc.push_back(now() - t0);
-      codes.insert(codes.end(), ep.codes().begin(), ep.codes().end());  // [n_q] per frame
+      for (int k = 0; k < o.n_q; ++k) codes.push_back(ep.codes()[size_t(k * batch)]);
     }
-    DecodePlan& dp = engine.decode_plan(1, o.n_q);
+    DecodePlan& dp = engine.decode_plan(1, o.n_q, batch);
     dp.reset();
+    std::vector<const int32_t*> step_codes(static_cast<size_t>(batch));
     for (int64_t f = 0; f < nf; ++f) {
+      std::fill(step_codes.begin(), step_codes.end(), codes.data() + f * o.n_q);
       const double t0 = now();
-      dp.push(codes.data() + f * o.n_q, 1);
+      dp.step(step_codes.data(), ones.data());
+      dp.output();  // on a GPU: the samples back in host memory, so the step is done
       lat.dec.push_back(now() - t0);
     }
   }
@@ -175,12 +212,13 @@ int run_bench(const BenchOptions& o) {
     return 0;
   }
   if (on_gpu)
-    std::printf("mimi bench: %s, n_q %d, device %s, batch %d (inputs one after another; times per input), chunks of "
+    std::printf("mimi bench: %s, n_q %d, device %s, batch %d (slots of one batched plan; times per input), chunks of "
                 "%lld frames\n",
                 source.c_str(), o.n_q, eo.device.str().c_str(), batch, (long long)o.chunk_frames);
   else
-    std::printf("mimi bench: %s, n_q %d, %d thread(s), chunks of %lld frames, GEMM %s, measured FMA peak %.1f GFLOP/s\n",
-                source.c_str(), o.n_q, threads, (long long)o.chunk_frames, cpu::gemm_isa(), peak);
+    std::printf("mimi bench: %s, n_q %d, %d thread(s), batch %d, chunks of %lld frames, GEMM %s, measured FMA peak %.1f "
+                "GFLOP/s\n",
+                source.c_str(), o.n_q, threads, batch, (long long)o.chunk_frames, cpu::gemm_isa(), peak);
   std::printf("%-9s %7s %5s %8s %8s %8s %8s %8s %9s %6s\n", "direction", "audio", "runs", "min_s", "median_s", "max_s",
               "x_realtm", "GFLOP", "GFLOP/s", "%peak");
   for (const Row& r : rows) {
@@ -191,9 +229,9 @@ int run_bench(const BenchOptions& o) {
                 peak > 0 ? 100.0 * r.flops / med / 1e9 / peak : 0.0);
   }
   if (!lat.enc.empty())
-    std::printf("\nstreaming, one 80 ms frame per push (%zu frames): encode median %.2f ms, max %.2f ms; "
-                "decode median %.2f ms, max %.2f ms\n",
-                lat.enc.size(), 1e3 * median(lat.enc), 1e3 * *std::max_element(lat.enc.begin(), lat.enc.end()),
+    std::printf("\nstreaming, one 80 ms frame per step in each of %d slot(s) (%zu steps): encode median %.2f ms, max "
+                "%.2f ms; decode median %.2f ms, max %.2f ms\n",
+                batch, lat.enc.size(), 1e3 * median(lat.enc), 1e3 * *std::max_element(lat.enc.begin(), lat.enc.end()),
                 1e3 * median(lat.dec), 1e3 * *std::max_element(lat.dec.begin(), lat.dec.end()));
   if (o.stages && on_gpu)
     std::printf("\n(no stage table on a GPU: the host-side stage timers would time kernel launches)\n");

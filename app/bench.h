@@ -15,7 +15,7 @@ struct BenchOptions {
   std::string input;  // audio file tiled to each length (empty: a synthetic speech-like signal)
   int threads = 0;
   std::string device = "cpu";
-  int batch = 1;  // inputs per timed run (one after another through the engine's plans)
+  int batch = 1;  // inputs per timed run, at once in the slots of one batched plan
   int64_t chunk_frames = 64;  // the engine's default
   int64_t latency_frames = 250;  // frames pushed one at a time for the latency line (0 = skip)
   bool json = false;

@@ -133,8 +133,7 @@ void App::emit_error(const std::string& input, const std::string& message) {
   }
 }
 
-int App::run_each(const std::vector<std::string>& inputs, const std::string& out,
-                  const std::function<void(const std::string&)>& one) {
+void App::check_targets(const std::vector<std::string>& inputs, const std::string& out) {
   if (inputs.size() > 1 && !out.empty() && !is_directory_target(out))
     throw Error(ErrorKind::Usage, "-o must be a directory (ending in '/') when there are several inputs");
   if (std::count(inputs.begin(), inputs.end(), std::string("-")) > 0 && inputs.size() > 1)
@@ -146,6 +145,32 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
     if (ec && !fs::is_directory(out)) throw Error(ErrorKind::Output, out + ": cannot create the output directory: " + ec.message());
   }
   set_protected_inputs(inputs);
+}
+
+void App::input_failed(const std::string& in, std::exception_ptr error, int& code) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    // weights and devices fail the same way for every input: stop now
+    if (e.kind() == ErrorKind::Weights && !engine_) throw;
+    if (e.kind() == ErrorKind::Device || e.kind() == ErrorKind::Usage) throw;
+    spdlog::error("{}", e.what());
+    emit_error(in, e.what());
+    if (code == kOk) code = exit_code_for(e.kind());
+  } catch (const std::bad_alloc&) {
+    spdlog::error("{}: out of memory", in);
+    emit_error(in, "out of memory");
+    if (code == kOk) code = kInternal;
+  } catch (const std::exception& e) {  // a bug: still name the file and go on with the batch
+    spdlog::error("{}: internal error: {}", in, e.what());
+    emit_error(in, std::string("internal error: ") + e.what());
+    if (code == kOk) code = kInternal;
+  }
+}
+
+int App::run_each(const std::vector<std::string>& inputs, const std::string& out,
+                  const std::function<void(const std::string&)>& one) {
+  check_targets(inputs, out);
   int code = kOk;
   size_t failed = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -153,23 +178,8 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
     if (inputs.size() > 1) spdlog::debug("[{}/{}] {}", i + 1, inputs.size(), in);
     try {
       one(in);
-    } catch (const Error& e) {
-      // weights and devices fail the same way for every input: stop now
-      if (e.kind() == ErrorKind::Weights && !engine_) throw;
-      if (e.kind() == ErrorKind::Device || e.kind() == ErrorKind::Usage) throw;
-      spdlog::error("{}", e.what());
-      emit_error(in, e.what());
-      if (code == kOk) code = exit_code_for(e.kind());
-      ++failed;
-    } catch (const std::bad_alloc&) {
-      spdlog::error("{}: out of memory", in);
-      emit_error(in, "out of memory");
-      if (code == kOk) code = kInternal;
-      ++failed;
-    } catch (const std::exception& e) {  // a bug: still name the file and go on with the batch
-      spdlog::error("{}: internal error: {}", in, e.what());
-      emit_error(in, std::string("internal error: ") + e.what());
-      if (code == kOk) code = kInternal;
+    } catch (...) {
+      input_failed(in, std::current_exception(), code);
       ++failed;
     }
   }
@@ -184,6 +194,7 @@ int App::encode(const EncodeOptions& o) {
   if (o.stream) {
     if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
     if (o.split_channels) throw Error(ErrorKind::Usage, "--stream cannot --split-channels (it downmixes)");
+    if (o.batch > 1) throw Error(ErrorKind::Usage, "--stream encodes one live input; --batch is for files");
     StreamEncodeOptions so;
     so.input = o.inputs[0];
     so.format = o.format.empty() ? "mimi" : (o.format == "txt" ? "text" : o.format);
@@ -204,44 +215,57 @@ int App::encode(const EncodeOptions& o) {
   }
   if (o.split_channels && std::count(o.inputs.begin(), o.inputs.end(), std::string("-")))
     throw Error(ErrorKind::Usage, "--split-channels needs file inputs, not stdin");
+  if (o.batch > 1) return encode_batched(o);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = now();
     int channels = 1;
     if (o.split_channels) channels = AudioReader(in).channels();  // a file: reopened per channel
     for (int ch = o.split_channels ? 0 : -1; ch < (o.split_channels ? channels : 0); ++ch) {  // -1: the downmix
       Engine& eng = engine();
-      const int rate = eng.config().sample_rate;
       const EncodedAudio a = encode_audio(eng, in, o.n_q, ch, common_.quiet);
-      const double compute = a.compute;
-      TokenFile t;
-      t.codes = a.codes;
-      t.meta.sample_rate = rate;
-      t.meta.frame_rate = eng.config().frame_rate;
-      t.meta.codebook_size = eng.config().bins;
-      t.meta.original_samples = a.samples;
-      t.meta.source_sample_rate = a.source_rate;
-      t.meta.source_channels = a.source_channels;
-      if (ch >= 0) t.meta.channel = ch;
-      t.meta.weights_fingerprint = eng.model().fingerprint;
-      t.meta.tool_version = MIMI_VERSION;
-      const TokenFormat fmt = token_format_for(o.format, o.out);
-      std::string ext = format_extension(fmt);
-      if (ch >= 0) ext = ".ch" + std::to_string(ch) + ext;
-      std::string path = output_path(in, o.out, ext);
-      if (ch >= 0 && !o.out.empty() && o.out != "-" && !is_directory_target(o.out))
-        path = (fs::path(o.out).parent_path() / (fs::path(o.out).stem().string() + ext)).string();
-      if (ch >= 0 && path == "-") throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
-      const std::vector<uint8_t> bytes = write_tokens(t, fmt);
-      write_output(path, bytes, common_.force);
-      const double seconds = double(a.samples) / rate;
-      spdlog::info("{} -> {}: {:.2f} s, {} frames x {} codebooks, {:.0f} bit/s, {:.1f}x real time", in, path, seconds,
-                   t.codes.frames, t.codes.n_q, 8.0 * double(bytes.size()) / seconds, seconds / compute);
-      emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},
-            {"n_q", t.codes.n_q}, {"format", format_name(fmt)}, {"bytes", bytes.size()},
-            {"bitrate", 8.0 * double(bytes.size()) / seconds}, {"wall_s", now() - t0}, {"load_s", load_seconds_},
-            {"compute_s", compute}, {"rtf", seconds / compute}});
+      write_encoded(o, in, ch, a, now() - t0);
     }
   });
+}
+
+void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall) {
+  Engine& eng = engine();
+  const int rate = eng.config().sample_rate;
+  const double compute = a.compute;
+  TokenFile t;
+  t.codes = a.codes;
+  t.meta.sample_rate = rate;
+  t.meta.frame_rate = eng.config().frame_rate;
+  t.meta.codebook_size = eng.config().bins;
+  t.meta.original_samples = a.samples;
+  t.meta.source_sample_rate = a.source_rate;
+  t.meta.source_channels = a.source_channels;
+  if (ch >= 0) t.meta.channel = ch;
+  t.meta.weights_fingerprint = eng.model().fingerprint;
+  t.meta.tool_version = MIMI_VERSION;
+  const TokenFormat fmt = token_format_for(o.format, o.out);
+  std::string ext = format_extension(fmt);
+  if (ch >= 0) ext = ".ch" + std::to_string(ch) + ext;
+  std::string path = output_path(in, o.out, ext);
+  if (ch >= 0 && !o.out.empty() && o.out != "-" && !is_directory_target(o.out))
+    path = (fs::path(o.out).parent_path() / (fs::path(o.out).stem().string() + ext)).string();
+  if (ch >= 0 && path == "-") throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
+  const std::vector<uint8_t> bytes = write_tokens(t, fmt);
+  write_output(path, bytes, common_.force);
+  const double seconds = double(a.samples) / rate;
+  if (compute > 0)
+    spdlog::info("{} -> {}: {:.2f} s, {} frames x {} codebooks, {:.0f} bit/s, {:.1f}x real time", in, path, seconds,
+                 t.codes.frames, t.codes.n_q, 8.0 * double(bytes.size()) / seconds, seconds / compute);
+  else  // batched: the compute is shared with the other slots (the batch's summary has it)
+    spdlog::info("{} -> {}: {:.2f} s, {} frames x {} codebooks, {:.0f} bit/s", in, path, seconds, t.codes.frames,
+                 t.codes.n_q, 8.0 * double(bytes.size()) / seconds);
+  nlohmann::json rec{{"input", in},        {"output", path},         {"status", "ok"},
+                     {"seconds", seconds}, {"frames", t.codes.frames}, {"n_q", t.codes.n_q},
+                     {"format", format_name(fmt)}, {"bytes", bytes.size()},
+                     {"bitrate", 8.0 * double(bytes.size()) / seconds}, {"wall_s", wall}, {"load_s", load_seconds_}};
+  if (compute > 0) rec["compute_s"] = compute, rec["rtf"] = seconds / compute;
+  if (ch >= 0) rec["channel"] = ch;
+  emit(rec);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // The subcommands of the mimi executable, separated from argument parsing (main.cpp).
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "app/audio_io.h"
+#include "app/pipeline.h"
 #include "app/token_file.h"
 #include "codec/error.h"
 #include "codec/engine.h"
@@ -39,6 +41,7 @@ struct EncodeOptions {
   int n_q = 8;
   std::string format;  // empty: from the output extension, else mimi
   bool split_channels = false;
+  int batch = 1;  // inputs encoded at once through one batched plan (codec/batch.h)
   bool stream = false;
   std::string raw_format;
   int raw_rate = 24000, raw_channels = 1;
@@ -74,8 +77,16 @@ class App {
   Engine& engine();
   void emit(const nlohmann::json& record);  // throws Error(Output) when stdout fails
   void emit_error(const std::string& input, const std::string& message);  // never throws
+  // Checks -o against the inputs, creates an output directory, protects the inputs from -o.
+  void check_targets(const std::vector<std::string>& inputs, const std::string& out);
+  // Reports one input's failure (stderr, --json) and keeps the first exit code; rethrows what
+  // fails every input alike (device, usage, weights before the engine loaded).
+  void input_failed(const std::string& in, std::exception_ptr error, int& code);
   int run_each(const std::vector<std::string>& inputs, const std::string& out,
                const std::function<void(const std::string&)>& one);
+  int encode_batched(const EncodeOptions& o);  // app/encode_batch.cpp
+  // The token file of one encoded input (channel ch, -1 = the downmix), its log line and record.
+  void write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall);
 
   Common common_;
   std::unique_ptr<Engine> engine_;

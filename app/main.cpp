@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mimi", "npy", "safetensors", "text", "txt"}));
   e->add_flag("--split-channels", enc.split_channels,
               "Encode each channel separately (outputs <stem>.ch<i>.<ext>); by default channels are averaged to mono");
+  e->add_option("--batch", enc.batch,
+                "Encode N inputs at once, each in its own stream slot of one batched plan (refilled as inputs end); "
+                "every file's codes are exactly those it gets alone")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   e->add_flag("--stream", enc.stream,
               "Real-time pipe mode: read PCM as it arrives (WAV, or raw with --raw-format) and write each "
               "frame's codes (.mimi chunk or text line) as soon as it is complete");
@@ -142,7 +147,7 @@ int main(int argc, char** argv) {
   b->add_option("--input", bench.input, "Audio file, repeated to each length [default: a synthetic speech-like signal]");
   b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str();
   b->add_option("--device", bench.device, "cpu, ref, cuda[:i] or hip[:i]")->capture_default_str();
-  b->add_option("--batch", bench.batch, "Inputs per timed run, one after another (times are per input)")
+  b->add_option("--batch", bench.batch, "Inputs per timed run, at once in the slots of one batched plan (times are per input); also the slots of the latency steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")->capture_default_str();

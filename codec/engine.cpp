@@ -35,16 +35,18 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts)
   if (opts_.threads > 0) cpu::set_num_threads(opts_.threads);
 }
 
-EncodePlan& Engine::encode_plan(int64_t frames, int n_q) {
-  const PlanKey key{opts_.device, Direction::Encode, frames, n_q};
-  EncodePlan& plan = enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*placed_, *kernels_, frames, n_q); });
+EncodePlan& Engine::encode_plan(int64_t frames, int n_q, int slots) {
+  const PlanKey key{opts_.device, Direction::Encode, frames, n_q, slots};
+  EncodePlan& plan =
+      enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*placed_, *kernels_, frames, n_q, slots); });
   plan.set_profile(profile_);
   return plan;
 }
 
-DecodePlan& Engine::decode_plan(int64_t frames, int n_q) {
-  const PlanKey key{opts_.device, Direction::Decode, frames, n_q};
-  DecodePlan& plan = dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*placed_, *kernels_, frames, n_q); });
+DecodePlan& Engine::decode_plan(int64_t frames, int n_q, int slots) {
+  const PlanKey key{opts_.device, Direction::Decode, frames, n_q, slots};
+  DecodePlan& plan =
+      dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*placed_, *kernels_, frames, n_q, slots); });
   plan.set_profile(profile_);
   return plan;
 }
@@ -71,31 +73,29 @@ void EncoderSession::feed(const float* pcm, int64_t n) {
   if (chunk_ > 0) encode_pending(false);
 }
 
+// The pushes: chunks of chunk_ frames while the signal lasts; at the end, one push of the frames
+// left, the last one zero-padded (encode_pushes() states the same rule for the batch runner,
+// whose slots must push exactly these chunks to give the same codes).
 void EncoderSession::encode_pending(bool final) {
+  if (final && pending_.size() % size_t(frame_size_) != 0)  // zero-pad the last partial frame
+    pending_.resize((pending_.size() / size_t(frame_size_) + 1) * size_t(frame_size_), 0.0f);
   const int64_t whole = int64_t(pending_.size()) / frame_size_;
   // chunked: only full chunks until the end; one-chunk mode: everything at the end
-  const int64_t max = chunk_ > 0 ? chunk_ : std::max<int64_t>(whole + (final ? 1 : 0), 1);
-  int64_t done = 0;
-  while (true) {
-    const int64_t left = int64_t(pending_.size()) - done;
-    int64_t n = std::min(left / frame_size_, max);
-    if (!final && n < max) break;
-    if (final && n == 0) {
-      if (left == 0) break;
-      pending_.resize(size_t(done + frame_size_), 0.0f);  // zero-pad the last partial frame
-      n = 1;
-    }
+  const int64_t max = chunk_ > 0 ? chunk_ : std::max<int64_t>(whole, 1);
+  int64_t done = 0;  // frames
+  while (whole - done >= max || (final && whole > done)) {
+    const int64_t n = std::min(max, whole - done);
     if (!plan_) {  // one plan for the whole session, from a fresh state
       plan_ = &engine_.encode_plan(max, n_q_);
       plan_->reset();
     }
     EncodePlan& plan = *plan_;
-    plan.push(pending_.data() + done, n);
+    plan.push(pending_.data() + done * frame_size_, n);
     for (int k = 0; k < n_q_; ++k) rows_[size_t(k)].insert(rows_[size_t(k)].end(), plan.codes().begin() + k * n,
                                                           plan.codes().begin() + (k + 1) * n);
-    done += n * frame_size_;
+    done += n;
   }
-  pending_.erase(pending_.begin(), pending_.begin() + done);
+  pending_.erase(pending_.begin(), pending_.begin() + done * frame_size_);
 }
 
 Codes EncoderSession::finish() {

@@ -74,9 +74,9 @@ class Engine {
   // memory for any length).
   void decode_chunks(const Codes& codes, int n_q, const std::function<void(const float*, int64_t)>& sink);
 
-  // The cached plans themselves (tests read their stage outputs).
-  EncodePlan& encode_plan(int64_t frames, int n_q);
-  DecodePlan& decode_plan(int64_t frames, int n_q);
+  // The cached plans themselves (tests read their stage outputs); `slots` independent streams.
+  EncodePlan& encode_plan(int64_t frames, int n_q, int slots = 1);
+  DecodePlan& decode_plan(int64_t frames, int n_q, int slots = 1);
 
   // Per-stage timing for every plan the engine hands out from now on (nullptr: off).
   void set_profile(Profile* p) { profile_ = p; }

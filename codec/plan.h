@@ -1,7 +1,8 @@
-// Encode and decode plans, streaming by construction.
+// Encode and decode plans, streaming by construction, with one or more independent stream slots.
 //
-// Lifecycle: build (for a device, a maximum chunk of `max_frames` 80 ms frames and n_q: shapes
-// resolved, every buffer allocated once) -> reset() -> push() chunk after chunk -> read outputs.
+// Lifecycle: build (for a device, a maximum chunk of `max_frames` 80 ms frames, n_q and a number
+// of slots: shapes resolved, every buffer allocated once) -> reset() -> push() (one slot) or
+// step() (every slot at once) chunk after chunk -> read outputs.
 // A plan carries exactly the state the offline computation needs across a chunk boundary: each
 // causal conv's left context, each transposed conv's overlap, each transformer layer's keys and
 // values of the last context-1 steps, and the RoPE position. So pushing a signal in chunks of
@@ -10,6 +11,14 @@
 //
 // bind_input()/bind_codes() + run() is the one-chunk (whole signal) case; stage outputs of the
 // last push stay readable so tests can compare layer by layer.
+//
+// Slots: a plan with B slots holds B independent streams (each its own conv contexts, overlaps,
+// key/value windows and RoPE position) and advances any subset of them by one chunk per step().
+// The SEANet runs slot by slot (its convolutions carry per-stream context); the transformer and
+// the RVQ run once on the active slots' columns side by side ([C, sum of their lengths], slots in
+// order), so their GEMMs are as wide as the batch. Nothing mixes across columns there (the
+// column-invariant ops of kernels/ops.h), so a stream's codes and samples are bitwise those it
+// gets alone in a one-slot plan with the same chunks, whatever the other slots hold.
 //
 // Inside a push, the SEANet stages with many values per frame (the encoder's first blocks and
 // the decoder's last ones, 64-128 channels at 6-24 kHz) run on sub-chunks of a few frames, so
@@ -79,98 +88,136 @@ struct Scratch {
   Buffer full;                // their untrimmed output, whose end is the carried tail
   Buffer h, qkv, o, ff;       // transformer: [D,T], [3D,T], [D,T], [FF,T]
   Buffer kbuf, vbuf;          // [D, context-1 + T]: cached then new keys/values
+  Buffer qs, ks, os;          // one slot's queries, keys (RoPE applied) and attention output [D, T]
+};
+
+// The stream state of one encode slot.
+struct EncodeStream {
+  ConvState conv_in, conv_out, down;
+  std::vector<ConvState> res, stride;  // per resblock conv1 and per strided conv
+  TransformerState tf;
+  void reset();
+};
+
+// The stream state of one decode slot.
+struct DecodeStream {
+  ConvTrState up;
+  ConvState conv_in, conv_out;
+  std::vector<ConvTrState> convtr;
+  std::vector<ConvState> res;
+  TransformerState tf;
+  void reset();
 };
 
 class EncodePlan {
  public:
   // `model`'s tensors must live where `kernels` compute (Engine places them).
-  EncodePlan(const Model& model, const Kernels& kernels, int64_t max_frames, int n_q);
+  EncodePlan(const Model& model, const Kernels& kernels, int64_t max_frames, int n_q, int slots = 1);
 
   int64_t max_frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
-  int64_t samples() const { return max_frames_ * frame_size_; }
+  int slots() const { return int(streams_.size()); }
+  int64_t samples() const { return max_frames_ * frame_size_; }  // one slot's chunk
 
-  void reset();  // forget all stream state: the next push starts a new signal
-  // Encodes the next `frames` (1..max_frames) frames: pcm holds frames * frame_size samples.
+  void reset();          // forget every slot's stream state: the next push starts new signals
+  void reset(int slot);  // a new signal in this slot only
+  // Encodes the next `frames` (1..max_frames) frames of slot 0: pcm holds frames * frame_size
+  // samples (the other slots are left as they are).
   void push(const float* pcm, int64_t frames);
-  const std::vector<int32_t>& codes() const { return codes_; }  // [n_q, frames of the last push]
+  // One step of every slot: pcm[s] holds frames[s] * frame_size samples for slot s; frames[s]
+  // in 0..max_frames, 0 = the slot sits this step out (its stream is untouched).
+  void step(const float* const* pcm, const int64_t* frames);
+  // [n_q, F] of the last push/step, F = the frames of all its slots, slot s in columns
+  // [slot_offset(s), slot_offset(s) + slot_frames(s)) (row stride F).
+  const std::vector<int32_t>& codes() const { return codes_; }
+  int64_t slot_offset(int slot) const { return offset_.at(size_t(slot)); }
+  int64_t slot_frames(int slot) const { return frames_.at(size_t(slot)); }
 
-  // Whole signal: copies pcm[0:T] (1 <= T <= samples()), zero-pads to whole frames; run()
-  // then encodes it from a fresh state in one push of ceil(T / frame_size) frames.
+  // Whole signal in slot 0: copies pcm[0:T] (1 <= T <= samples()), zero-pads to whole frames;
+  // run() then encodes it from a fresh state in one push of ceil(T / frame_size) frames.
   void bind_input(const float* pcm, int64_t T);
   void run();
 
-  // Of the last push, in host memory (copied from the device when the plan runs on one):
-  // "input", "seanet_encoder_out", "encoder_transformer_out", "latent", "rvq_first_in",
-  // "rvq_rest_in"
+  // Of the last push/step (active slots side by side, as codes()), in host memory (copied from
+  // the device when the plan runs on one): "input", "seanet_encoder_out",
+  // "encoder_transformer_out", "latent", "rvq_first_in", "rvq_rest_in"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
 
  private:
-  void encode(int64_t frames);  // input_ holds frames * frame_size samples
+  void set_frames(const int64_t* frames);  // offsets, the total, checks
+  void encode();                           // input_ holds the active slots' samples
+  void seanet(int slot);                   // its input -> its columns of seanet_out_ and tf_out_
   // encoder block b on sc.a [C, T] in place (T and C updated)
-  void block(size_t b, Scratch& sc, int64_t& C, int64_t& T);
+  void block(EncodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T);
 
   const Model& m_;
   const Kernels& k_;
   int64_t max_frames_, frame_size_;
   int n_q_;
   int64_t bound_frames_ = 0;
-  Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;
-  std::shared_ptr<int32_t> codes_dev_;  // [n_q, max_frames] on the device
-  std::vector<int32_t> codes_;          // the last push's codes in host memory
+  std::vector<int64_t> offset_, frames_;  // per slot, of the last step
+  int64_t total_ = 0;                     // frames of the last step
+  Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;  // all slots side by side
+  std::shared_ptr<int32_t> codes_dev_;  // [n_q, slots * max_frames] on the device
+  std::vector<int32_t> codes_;          // the last step's codes in host memory
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch head_;  // the sub-chunked SEANet head
-  ConvState conv_in_, conv_out_, down_;
-  std::vector<ConvState> res_, stride_;  // per resblock conv1 and per strided conv
-  TransformerState tf_;
+  std::vector<EncodeStream> streams_;
   Profile* profile_ = nullptr;
   mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
 };
 
 class DecodePlan {
  public:
-  DecodePlan(const Model& model, const Kernels& kernels, int64_t max_frames, int n_q);
+  DecodePlan(const Model& model, const Kernels& kernels, int64_t max_frames, int n_q, int slots = 1);
 
   int64_t max_frames() const { return max_frames_; }
   int n_q() const { return n_q_; }
+  int slots() const { return int(streams_.size()); }
 
   void reset();
-  // Decodes the next `frames` frames: codes [n_q, frames] (row stride `frames`), every value in
-  // [0, bins) (checked, throws Error(Input)). Output: frames * frame_size samples.
+  void reset(int slot);
+  // Decodes the next `frames` frames of slot 0: codes [n_q, frames] (row stride `frames`), every
+  // value in [0, bins) (checked, throws Error(Input)). Output: frames * frame_size samples.
   void push(const int32_t* codes, int64_t frames);
-  // [1, frames * frame_size] of the last push, in host memory (copied from a device)
+  // One step of every slot: codes[s] [n_q, frames[s]] (row stride frames[s]); frames[s] in
+  // 0..max_frames, 0 = the slot sits this step out.
+  void step(const int32_t* const* codes, const int64_t* frames);
+  // [1, F * frame_size] of the last push/step, in host memory (copied from a device); slot s at
+  // samples [slot_offset(s), slot_offset(s) + slot_frames(s)) * frame_size.
   const Buffer& output() const;
+  int64_t slot_offset(int slot) const { return offset_.at(size_t(slot)); }
+  int64_t slot_frames(int slot) const { return frames_.at(size_t(slot)); }
 
-  // Whole signal: codes [n_q, max_frames]; run() decodes them from a fresh state.
+  // Whole signal in slot 0: codes [n_q, max_frames]; run() decodes them from a fresh state.
   void bind_codes(const int32_t* codes);
   void run();
 
-  // Of the last push, in host memory: "quantized_latent", "upsampled_latent",
+  // Of the last push/step, in host memory: "quantized_latent", "upsampled_latent",
   // "decoder_transformer_out", "output"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
 
  private:
+  void seanet(int slot);  // its columns of tf_out_ -> its samples of output_
   // decoder block b on sc.a [C, T] in place (T and C updated)
-  void block(size_t b, Scratch& sc, int64_t& C, int64_t& T);
+  void block(DecodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T);
 
   const Model& m_;
   const Kernels& k_;
   int64_t max_frames_, frame_size_;
   int n_q_;
-  std::vector<int32_t> codes_;          // bind_codes(): [n_q, max_frames], host
-  std::shared_ptr<int32_t> codes_dev_;  // the codes of a push on the device
-  Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;
+  std::vector<int64_t> offset_, frames_;  // per slot, of the last step
+  int64_t total_ = 0;
+  std::vector<int32_t> codes_;          // bind_codes(): [n_q, max_frames]; step(): the gathered codes
+  std::shared_ptr<int32_t> codes_dev_;  // [n_q, total] of a step on the device
+  Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;  // all slots side by side
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch tail_;  // the sub-chunked SEANet tail
-  ConvTrState up_;
-  ConvState conv_in_, conv_out_;
-  std::vector<ConvTrState> convtr_;
-  std::vector<ConvState> res_;
-  TransformerState tf_;
+  std::vector<DecodeStream> streams_;
   Profile* profile_ = nullptr;
   mutable std::map<std::string, Buffer> host_copies_;  // stage() and output() of a device plan
 };

@@ -19,8 +19,9 @@ enum class Direction { Encode, Decode };
 struct PlanKey {
   Device device;
   Direction direction = Direction::Encode;
-  int64_t frames = 0;
+  int64_t frames = 0;  // the most frames per slot and push
   int n_q = 0;
+  int slots = 1;
   bool operator==(const PlanKey&) const = default;
 };
 

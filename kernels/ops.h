@@ -11,6 +11,15 @@
 //   signal  [C, T]     channel-major: row c holds T consecutive time steps.
 // Pointers never alias unless a comment says so. Shapes are validated by the callers in
 // codec/ (which throw); kernels assume valid shapes.
+//
+// Column invariance (mimi::cpu): gemm (with or without accumulate) and linear, layer_norm, elu,
+// gelu_erf, add_inplace, bias_add, layer_scale_add, rvq_encode and rvq_decode give every column
+// t of their output the same bits whatever the number of columns, the column's position and the
+// thread count: column t depends on column t of the inputs alone, summed in one fixed order
+// (gemm's skinny N <= 4 path adds exactly as its blocked path does). Batched plans rely on it:
+// streams concatenated along T encode to the same codes as each stream alone. It holds within
+// one ISA (MIMI_CPU_ISA); ISAs, and the ref and GPU backends, round differently. Checked by
+// tests/test_kernels.cpp "column invariance".
 #pragma once
 
 #include <cstddef>

@@ -7,11 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null
-cmake --build build-gpu -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels test_golden test_streaming
+cmake --build build-gpu -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels test_golden test_streaming test_batch
 rm -rf .gpu-bundle
 mkdir -p .gpu-bundle/lib
-cp build-gpu/mimi build-gpu/tests/test_gpu_kernels build-gpu/tests/test_golden build-gpu/tests/test_streaming .gpu-bundle/
-for b in .gpu-bundle/mimi .gpu-bundle/test_gpu_kernels .gpu-bundle/test_golden .gpu-bundle/test_streaming; do
+cp build-gpu/mimi build-gpu/tests/test_gpu_kernels build-gpu/tests/test_golden build-gpu/tests/test_streaming build-gpu/tests/test_batch .gpu-bundle/
+for b in .gpu-bundle/mimi .gpu-bundle/test_gpu_kernels .gpu-bundle/test_golden .gpu-bundle/test_streaming .gpu-bundle/test_batch; do
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'
 done | sort -u | while read -r lib; do cp -L "$lib" .gpu-bundle/lib/; done
 # glibc's compatibility stubs, which the GPU driver's libcuda links against: with the bundled

@@ -25,11 +25,11 @@ if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
   emu_build() {
     cmake -S . -B build-gpu-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_GPU_EMULATE=ON -DMIMI_CUDA=OFF >/dev/null &&
       cmake --build build-gpu-emu -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels test_gpu_emulator test_golden \
-        test_streaming test_cli_gpu
+        test_streaming test_cli_gpu test_batch
   }
   step "emulated GPU build" emu_build &&
     suite emulated-gpu build-gpu-emu --output-on-failure \
-      -R '^(gpu_kernels|gpu_emulator|gpu_emulator_warp64|golden_gpu_tiny|golden_gpu_full_short|streaming_gpu|cli_gpu)$'
+      -R '^(gpu_kernels|gpu_emulator|gpu_emulator_warp64|golden_gpu_tiny|golden_gpu_full_short|streaming_gpu|cli_gpu|batch_gpu)$'
   bash scripts/test-tsan.sh  # the same kernels under ThreadSanitizer; records its own steps
   # One count per target (fuzz.sh records them); a build failure before any target counts as one.
   before=$(wc -l <"$MIMI_SUITE_COUNTS")

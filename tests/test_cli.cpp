@@ -150,6 +150,41 @@ TEST_CASE("cli: directory batch, 44.1 kHz stereo input, one bad file does not st
   CHECK(wav_info(box / "m.roundtrip.wav").frames == 24000);
 }
 
+TEST_CASE("cli: encode --batch gives every file its one-by-one bytes; a bad or empty file fails alone") {
+  Sandbox box;
+  write_wav(box / "s.wav", tone(44100 * 3 + 17, 2, 44100), 44100, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  write_wav(box / "m.wav", tone(16000 / 5, 1, 16000), 16000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_24);
+  write_wav(box / "l.wav", tone(24000 * 7 + 1, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  write_wav(box / "e.wav", {}, 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  { std::ofstream(box / "bad.wav") << "this is not audio"; }
+  REQUIRE(box.sh("mimi encode s.wav m.wav l.wav -o one/ -q").code == 0);
+  REQUIRE(box.sh("mimi encode s.wav m.wav l.wav --split-channels -o one_split/ -q").code == 0);
+  for (int slots : {1, 2, 5}) {
+    CAPTURE(slots);
+    const std::string dir = "b" + std::to_string(slots) + "/";
+    Run r = box.sh("mimi encode --batch " + std::to_string(slots) + " s.wav bad.wav m.wav e.wav l.wav -o " + dir + " --json");
+    CHECK(r.code == 3);  // the unreadable and the empty input
+    CHECK(r.err.find("bad.wav") != std::string::npos);
+    CHECK(r.err.find("e.wav: no audio samples") != std::string::npos);
+    for (const char* f : {"s.mimi", "m.mimi", "l.mimi"}) {
+      CAPTURE(f);
+      REQUIRE(fs::exists(box / dir / f));
+      CHECK(slurp(box / dir / f) == slurp(box / "one" / f));  // the same bytes, codes and header
+    }
+    CHECK(!fs::exists(box / dir / "bad.mimi"));
+    CHECK(!fs::exists(box / dir / "e.mimi"));
+    int ok = 0, failed = 0;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) (nlohmann::json::parse(line)["status"] == "ok" ? ok : failed)++;
+    CHECK(ok == 3);
+    CHECK(failed == 2);
+  }
+  REQUIRE(box.sh("mimi encode --batch 3 s.wav m.wav l.wav --split-channels -o b_split/ -q").code == 0);
+  for (const char* f : {"s.ch0.mimi", "s.ch1.mimi", "m.ch0.mimi", "l.ch0.mimi"})
+    CHECK(slurp(box / "b_split" / f) == slurp(box / "one_split" / f));
+  CHECK(box.sh("mimi encode --batch 2 --stream s.wav").code == 2);
+}
+
 TEST_CASE("cli: damaged and truncated .mimi files are refused, and leave no output") {
   Sandbox box;
   write_wav(box / "a.wav", tone(40000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);

@@ -127,35 +127,22 @@ TEST_CASE("golden full/moshi/devicepath") { run_config("full", Dialect::Moshi, "
 
 // On a GPU (whichever backend this build has, the emulated one included): the configs through
 // the device plans. Without a device it says so and exits 77, which ctest reports as skipped.
-std::string gpu_device_or_skip() {
-  for (const char* d : {"cuda", "hip"}) {
-    try {
-      kernels_for(Device::parse(d));
-      return d;
-    } catch (const Error&) {
-    }
-  }
-  std::printf("SKIPPED: no CUDA or HIP device; the golden tests did not run on a GPU\n");
-  std::fflush(stdout);
-  std::_Exit(77);
-}
-
 TEST_CASE("golden gpu") {
-  const std::string device = gpu_device_or_skip();
+  const std::string device = gpu_device_or_skip("the golden tests");
   for (const char* config : {"tiny", "tiny-window", "full"}) run_config(config, Dialect::Moshi, device);
   run_config("full", Dialect::HuggingFace, device);
 }
 
 // The small configs only: what the emulated device (MIMI_GPU_EMULATE) runs in CI in a minute.
 TEST_CASE("golden gpu tiny") {
-  const std::string device = gpu_device_or_skip();
+  const std::string device = gpu_device_or_skip("the golden tests");
   for (const char* config : {"tiny", "tiny-window"}) run_config(config, Dialect::Moshi, device);
 }
 
 // The full-size model on the short cases (up to 2 frames: len1, len1919, len1920, len1921): every
 // kernel at the real channel counts and the 8-layer transformers, in minutes on the emulated device.
 TEST_CASE("golden gpu full short") {
-  const std::string device = gpu_device_or_skip();
+  const std::string device = gpu_device_or_skip("the golden tests");
   run_config("full", Dialect::Moshi, device, nullptr, 2 * 1920);
 }
 

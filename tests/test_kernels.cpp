@@ -8,6 +8,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -512,6 +514,175 @@ TEST_CASE("rvq: encode and decode, cpu vs ref") {
       ref::rvq_decode(c.Q, c.F, c.bins, c.n, cr.data(), bp.data(), yr.data());
       cpu::rvq_decode(c.Q, c.F, c.bins, c.n, cr.data(), bp.data(), yc.data());
       expect_equal(yc, yr);
+    }
+  }
+}
+
+namespace {
+
+// (offset, width) pieces of [0, N) that column invariance is checked on: every column alone, two
+// partitions into widths cycling 1..5 (phase-shifted, so a column sits at different offsets of
+// its piece and of the piece's SIMD vectors), odd splits, and the whole.
+std::vector<std::pair<int64_t, int64_t>> column_pieces(int64_t N) {
+  std::vector<std::pair<int64_t, int64_t>> p{{0, N}};
+  for (int64_t j = 0; j < N; ++j) p.push_back({j, 1});
+  for (int64_t first : {1, 3})
+    for (int64_t j = 0, w = first; j < N; j += w, w = w % 5 + 1) p.push_back({j, std::min(w, N - j)});
+  if (N > 2) p.insert(p.end(), {{1, N - 2}, {0, N - 1}, {N / 3, (N + 1) / 2 - N / 3}});
+  return p;
+}
+
+// Columns [off, off + w) of a row-major [rows, N] matrix, compact [rows, w].
+template <class T>
+std::vector<T> cols(const std::vector<T>& m, int64_t N, int64_t off, int64_t w) {
+  const int64_t rows = int64_t(m.size()) / N;
+  std::vector<T> out(size_t(rows * w));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(m.begin() + r * N + off, w, out.begin() + r * w);
+  return out;
+}
+template <class T>
+std::vector<uint32_t> bits(const std::vector<T>& v) {
+  static_assert(sizeof(T) == 4);
+  std::vector<uint32_t> b(v.size());
+  if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+// run(off, w): the op on columns [off, off + w) of its [.., N] inputs; returns its output
+// [rows, w] as bit patterns. Every piece, with 1 and 2 threads, must reproduce the wide
+// single-thread result bit for bit.
+using ColumnRun = std::function<std::vector<uint32_t>(int64_t off, int64_t w)>;
+void check_column_invariance(const std::string& what, int64_t N, const ColumnRun& run) {
+  cpu::set_num_threads(1);
+  const auto wide = run(0, N);
+  const int64_t rows = int64_t(wide.size()) / N;
+  for (int threads : {1, 2}) {
+    cpu::set_num_threads(threads);
+    int64_t bad = 0;
+    std::string first;
+    for (auto [off, w] : column_pieces(N)) {
+      const auto got = run(off, w);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < w; ++j)
+          if (got[size_t(r * w + j)] != wide[size_t(r * N + off + j)] && bad++ == 0)
+            first = "column " + std::to_string(off + j) + " row " + std::to_string(r) + " in piece [" +
+                    std::to_string(off) + ", +" + std::to_string(w) + ")";
+    }
+    INFO(what << ", N=" << N << ", threads=" << threads << ": " << bad << " values differ, first " << first);
+    CHECK(bad == 0);
+  }
+  cpu::set_num_threads(0);
+}
+
+}  // namespace
+
+// The contract in ops.h that batched plans rely on: a column's outputs do not depend on how many
+// columns the call has, where the column sits, or the thread count.
+TEST_CASE("column invariance") {
+  Rng r(12);
+  SUBCASE("gemm and linear") {
+    // the transformer's shapes (QKV 1536x512, MLP 2048x512 and 512x2048), skinny and wide;
+    // M < 16, K = 1, K not a multiple of any vector width, K > 256 (several K blocks)
+    struct Case { int64_t M, K, N, pad; bool acc; };
+    const Case cases[] = {{1536, 512, 12, 0, false}, {512, 2048, 9, 0, false}, {2048, 512, 40, 0, false},
+                          {512, 512, 6, 3, true},    {2048, 2048, 5, 0, false}, {7, 5, 9, 0, false},
+                          {15, 1, 6, 0, true},       {40, 1, 5, 3, false},      {33, 19, 11, 1, true},
+                          {100, 600, 23, 0, false},  {17, 257, 8, 2, true},     {64, 300, 40, 0, false},
+                          {16, 3, 2, 0, false},      {250, 77, 1, 0, false},    {31, 1000, 7, 5, true}};
+    for (const Case& c : cases) {
+      const int64_t lda = c.K + c.pad;
+      const auto A = random_vec(size_t(c.M * lda), r), B = random_vec(size_t(c.K * c.N), r),
+                 C0 = random_vec(size_t(c.M * c.N), r);
+      // B and its column offset read in place
+      check_column_invariance("gemm M=" + std::to_string(c.M) + " K=" + std::to_string(c.K) + (c.acc ? " acc" : ""),
+                              c.N, [&](int64_t off, int64_t w) {
+                                auto C = cols(C0, c.N, off, w);
+                                cpu::gemm(c.M, w, c.K, A.data(), lda, B.data() + off, c.N, C.data(), w, c.acc);
+                                return bits(C);
+                              });
+      if (c.pad == 0 && !c.acc)
+        check_column_invariance("linear in=" + std::to_string(c.K) + " out=" + std::to_string(c.M), c.N,
+                                [&](int64_t off, int64_t w) {
+                                  std::vector<float> y(size_t(c.M * w));
+                                  cpu::linear(c.K, c.M, w, A.data(), cols(B, c.N, off, w).data(), y.data());
+                                  return bits(y);
+                                });
+    }
+  }
+  SUBCASE("layer_norm and the elementwise ops") {
+    // [C, N] signals; N > 64 crosses layer_norm's per-thread time split
+    for (auto [C, N] : {std::pair<int64_t, int64_t>{512, 150}, {512, 5}, {2048, 7}, {17, 70}, {3, 41}, {1, 19}}) {
+      const auto x = random_vec(size_t(C * N), r, -4, 4), y0 = random_vec(size_t(C * N), r),
+                 g = random_vec(size_t(C), r), b = random_vec(size_t(C), r);
+      const std::string shape = " C=" + std::to_string(C);
+      check_column_invariance("layer_norm" + shape, N, [&](int64_t off, int64_t w) {
+        std::vector<float> y(size_t(C * w));
+        cpu::layer_norm(C, w, cols(x, N, off, w).data(), g.data(), b.data(), 1e-5f, y.data());
+        return bits(y);
+      });
+      check_column_invariance("gelu_erf" + shape, N, [&](int64_t off, int64_t w) {
+        auto y = cols(x, N, off, w);
+        cpu::gelu_erf(C * w, y.data(), y.data());
+        return bits(y);
+      });
+      check_column_invariance("elu" + shape, N, [&](int64_t off, int64_t w) {
+        auto y = cols(x, N, off, w);
+        cpu::elu(C * w, y.data(), y.data());
+        return bits(y);
+      });
+      check_column_invariance("add_inplace" + shape, N, [&](int64_t off, int64_t w) {
+        auto y = cols(y0, N, off, w);
+        cpu::add_inplace(C * w, cols(x, N, off, w).data(), y.data());
+        return bits(y);
+      });
+      check_column_invariance("bias_add" + shape, N, [&](int64_t off, int64_t w) {
+        auto y = cols(y0, N, off, w);
+        cpu::bias_add(C, w, b.data(), y.data());
+        return bits(y);
+      });
+      check_column_invariance("layer_scale_add" + shape, N, [&](int64_t off, int64_t w) {
+        auto y = cols(y0, N, off, w);
+        cpu::layer_scale_add(C, w, g.data(), cols(x, N, off, w).data(), y.data());
+        return bits(y);
+      });
+    }
+  }
+  SUBCASE("rvq encode and decode") {
+    // columns are frames. Near-duplicate codebook rows (base + 1e-6 noise) make the argmin hinge
+    // on the last bits of the distances, so an order change in the dot-product GEMM shows up.
+    struct Case { int64_t Q, F, bins, n; float spread; };
+    for (const Case& c : {Case{256, 12, 2048, 2, 1.0f}, Case{256, 9, 64, 3, 1e-6f}, Case{32, 40, 64, 4, 1e-6f},
+                          Case{4, 7, 5, 3, 1.0f}}) {
+      std::vector<std::vector<float>> books, norms;
+      std::vector<const float*> bp, np;
+      for (int64_t j = 0; j < c.n; ++j) {
+        const auto base = random_vec(size_t(c.Q), r);
+        std::vector<float> E(size_t(c.bins * c.Q)), nn(size_t(c.bins));
+        for (int64_t b = 0; b < c.bins; ++b)
+          for (int64_t q = 0; q < c.Q; ++q) {
+            const float e = (c.spread < 1 ? base[size_t(q)] : 0.0f) + c.spread * r.uniform(-1, 1);
+            E[size_t(b * c.Q + q)] = e;
+            nn[size_t(b)] += e * e;
+          }
+        books.push_back(E);
+        norms.push_back(nn);
+      }
+      for (auto& b : books) bp.push_back(b.data());
+      for (auto& n : norms) np.push_back(n.data());
+      const auto x = random_vec(size_t(c.Q * c.F), r);
+      const std::string shape = " Q=" + std::to_string(c.Q) + " bins=" + std::to_string(c.bins);
+      check_column_invariance("rvq_encode" + shape, c.F, [&](int64_t off, int64_t w) {
+        std::vector<int32_t> codes(size_t(c.n * w));
+        cpu::rvq_encode(c.Q, w, c.bins, c.n, cols(x, c.F, off, w).data(), bp.data(), np.data(), codes.data());
+        return bits(codes);
+      });
+      std::vector<int32_t> codes(size_t(c.n * c.F));
+      for (auto& code : codes) code = r.small_int(0, int(c.bins - 1));
+      check_column_invariance("rvq_decode" + shape, c.F, [&](int64_t off, int64_t w) {
+        std::vector<float> y(size_t(c.Q * w));
+        cpu::rvq_decode(c.Q, w, c.bins, c.n, cols(codes, c.F, off, w).data(), bp.data(), y.data());
+        return bits(y);
+      });
     }
   }
 }

@@ -101,19 +101,7 @@ TEST_CASE("streaming: the device code path in chunks (full/len48123)") {
 // The same on the GPU kernels (whichever backend this build has, the emulated one included): the
 // window-crossing tiny-window case and a full-size one; exits 77 (skipped) without a device.
 TEST_CASE("streaming gpu: the device kernels in chunks (tiny-window/long_speech, full/len1921)") {
-  const Kernels* gpu = nullptr;
-  for (const char* d : {"cuda", "hip"}) {
-    try {
-      gpu = &kernels_for(Device::parse(d));
-      break;
-    } catch (const Error&) {
-    }
-  }
-  if (!gpu) {
-    std::printf("SKIPPED: no CUDA or HIP device; streaming did not run on a GPU\n");
-    std::fflush(stdout);
-    std::_Exit(77);
-  }
+  const Kernels* gpu = &kernels_for(Device::parse(gpu_device_or_skip("streaming")));
   golden_streaming("tiny-window", "long_speech", {1, 7, 50}, *gpu);
   golden_streaming("full", "len1921", {1, 2}, *gpu);
 }

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <vector>
 #include <thread>
 
 #include "kernels/cpu/threads.h"
@@ -134,16 +133,14 @@ template <bool TA>
 void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                    float* C, int64_t ldc, bool accumulate) {
   auto serial = TA ? gemm_serial_ta : gemm_serial;
-  if (!TA && N <= 4 && M >= 16) {  // skinny: dot products along K, rows in parallel
-    static const auto gemv = kIsa == Isa::Avx512 ? isa_avx512::gemv_rows : kIsa == Isa::Avx2 ? isa_avx2::gemv_rows
-                                                                                          : isa_base::gemv_rows;
-    thread_local std::vector<float> bt;  // B^T, grow-only
-    if (bt.size() < size_t(N * K)) bt.resize(size_t(N * K));
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) bt[size_t(j * K + k)] = B[k * ldb + j];
-    const float* btp = bt.data();  // (thread_local: name it here, workers have their own)
-    parallel_for(M, std::max<int64_t>(16, M / (4 * num_threads())), [&](int64_t i0, int64_t i1) {
-      gemv(i1 - i0, N, K, A + i0 * lda, lda, btp, C + i0 * ldc, ldc, accumulate);
+  if (!TA && N <= 4 && M >= 16) {  // skinny: A streamed once, rows in parallel (same sums as the GEMM)
+    static const GemmFn gemv = kIsa == Isa::Avx512 ? isa_avx512::gemv_rows
+                               : kIsa == Isa::Avx2 ? isa_avx2::gemv_rows
+                                                   : isa_base::gemv_rows;
+    // chunks of whole 16-row blocks (a multiple of every ISA's row block): only the last is ragged
+    const int64_t grain = std::max<int64_t>(16, (M / (4 * num_threads()) + 15) / 16 * 16);
+    parallel_for(M, grain, [&](int64_t i0, int64_t i1) {
+      gemv(i1 - i0, N, K, A + i0 * lda, lda, B, ldb, C + i0 * ldc, ldc, accumulate);
     });
     return;
   }

@@ -36,12 +36,14 @@ double measure_peak_gflops(int threads, double seconds = 0.3);
 // "avx512", "avx2" or "baseline": the micro-kernel in use.
 const char* gemm_isa();
 
-// The per-ISA entry points (kernels/cpu/gemm_isa.inc compiled three times).
+// The per-ISA entry points (kernels/cpu/gemm_isa.inc compiled three times). gemv_rows is the
+// skinny (N <= 4) product behind gemm(): same arguments as gemm_serial and the same sums, bit
+// for bit, so that a column never depends on N (ops.h, column invariance).
 #define MIMI_ISA_DECLS                                                                            \
   void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool); \
   void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, \
                       bool);                                                                      \
-  void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool); \
+  void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool); \
   void gemm_serial_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool); \
   void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*); \
   void elu_serial(int64_t, const float*, float*);                                                 \

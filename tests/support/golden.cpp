@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
 
+#include "codec/error.h"
 #include "codec/test_weights.h"
 
 namespace mimi::test {
@@ -115,6 +117,19 @@ const Kernels& cpu_as_device() {
     return t;
   }();
   return k;
+}
+
+std::string gpu_device_or_skip(const std::string& what) {
+  for (const char* d : {"cuda", "hip"}) {
+    try {
+      kernels_for(Device::parse(d));
+      return d;
+    } catch (const Error&) {
+    }
+  }
+  std::printf("SKIPPED: no CUDA or HIP device; %s did not run on a GPU\n", what.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
 }
 
 }  // namespace mimi::test

@@ -41,6 +41,11 @@ struct CodeReport {
 CodeReport compare_codes(const std::vector<int32_t>& got, const std::vector<int32_t>& golden,
                          const std::vector<float>& margin, int n_q, int64_t frames);
 
+// "cuda" or "hip", whichever this build has a device for (the emulated one included); without
+// one, prints "SKIPPED: no CUDA or HIP device; <what> did not run on a GPU" and exits 77, which
+// ctest reports as skipped.
+std::string gpu_device_or_skip(const std::string& what);
+
 // The GPU plans' code path on the CPU: the CPU kernels declared as device memory (weights
 // uploaded, inputs uploaded, outputs downloaded, every copy through the memory ops) and without
 // the fused resblock (composed from the ops, as on the GPU).

@@ -1,0 +1,138 @@
+// `mimi encode --batch N FILES...`: the inputs (each channel with --split-channels) stream
+// through the N slots of one batched plan (codec/batch.h), each read block by block as its slot
+// needs it, so memory stays constant however long the files are. A file's codes are bitwise those
+// of `mimi encode` on it alone; a file that fails (unreadable, empty, truncated) fails alone and
+// the others go on, as in the one-by-one path.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+
+#include "app/commands.h"
+#include "app/file_io.h"
+#include "app/pipeline.h"
+#include "codec/batch.h"
+
+namespace mimi::app {
+
+namespace {
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One input (or one channel of it) being read into a slot.
+struct BatchInput {
+  std::string path;
+  int channel = -1;  // -1: the downmix
+  std::unique_ptr<MonoSource> src;
+  std::vector<float> block;  // samples the source gave that the slot has not taken yet
+  size_t used = 0;
+  int64_t samples = 0;
+  bool ended = false;
+  double t0 = 0;
+
+  int64_t read(float* dst, int64_t n) {
+    while (used == block.size() && !ended) {  // the resampler may hand out empty blocks while it fills
+      block.clear();
+      used = 0;
+      ended = !src->next(block);
+    }
+    const int64_t k = std::min<int64_t>(n, int64_t(block.size() - used));
+    std::copy_n(block.begin() + int64_t(used), k, dst);
+    used += size_t(k);
+    samples += k;
+    return k;
+  }
+};
+
+}  // namespace
+
+int App::encode_batched(const EncodeOptions& o) {
+  check_targets(o.inputs, o.out);
+  Engine& eng = engine();
+  const int rate = eng.config().sample_rate;
+  int code = kOk;
+  size_t failed = 0, done = 0;
+  double audio_s = 0;
+  // The queue: inputs in order; a --split-channels input becomes its channels when it is reached.
+  std::deque<std::pair<std::string, int>> queue;
+  for (const std::string& in : o.inputs) queue.emplace_back(in, o.split_channels ? -2 : -1);
+  std::map<size_t, std::unique_ptr<BatchInput>> open;  // by item id
+  size_t next_id = 0;
+  auto fail = [&](const std::string& in, std::exception_ptr e) {
+    input_failed(in, e, code);  // rethrows what fails every input alike
+    ++failed;
+  };
+  const double t_start = seconds_now();
+  encode_batch(
+      eng, o.n_q, o.batch,
+      [&](PcmItem& item) {
+        while (!queue.empty()) {
+          auto [in, ch] = queue.front();
+          queue.pop_front();
+          try {
+            if (ch == -2) {  // count the channels: one item each, in order
+              const int channels = AudioReader(in).channels();
+              for (int c = channels - 1; c >= 0; --c) queue.emplace_front(in, c);
+              continue;
+            }
+            auto bi = std::make_unique<BatchInput>();
+            bi->path = in;
+            bi->channel = ch;
+            bi->t0 = seconds_now();
+            bi->src = std::make_unique<MonoSource>(in, rate, AudioSpan{0, -1, ch});
+            BatchInput* p = bi.get();
+            item.id = next_id++;
+            item.read = [p](float* dst, int64_t n) { return p->read(dst, n); };
+            open[item.id] = std::move(bi);
+            return true;
+          } catch (...) {
+            fail(in, std::current_exception());
+          }
+        }
+        return false;
+      },
+      [&](const PcmItem& item, Codes&& codes) {
+        std::unique_ptr<BatchInput> bi = std::move(open.at(item.id));
+        open.erase(item.id);
+        try {
+          const std::string what = bi->path == "-" ? "stdin" : bi->path;
+          if (const std::string s = bi->src->shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
+          EncodedAudio a;
+          a.codes = std::move(codes);
+          a.samples = bi->samples;
+          a.source_rate = bi->src->source_rate();
+          a.source_channels = bi->src->source_channels();
+          write_encoded(o, bi->path, bi->channel, a, seconds_now() - bi->t0);
+          audio_s += double(a.samples) / rate;
+          ++done;
+        } catch (...) {
+          fail(bi->path, std::current_exception());
+        }
+      },
+      [&](size_t id, std::exception_ptr e) {
+        std::unique_ptr<BatchInput> bi = std::move(open.at(id));
+        open.erase(id);
+        try {  // name the file: a reader's errors do, the runner's "empty signal" does not
+          std::rethrow_exception(e);
+        } catch (const Error& err) {
+          const std::string what = bi->path == "-" ? "stdin" : bi->path;
+          if (err.kind() == ErrorKind::Input && std::string(err.what()).find(what) == std::string::npos)
+            e = std::make_exception_ptr(Error(ErrorKind::Input, what + ": no audio samples"));
+        } catch (...) {
+        }
+        fail(bi->path, e);
+      });
+  const double wall = seconds_now() - t_start;
+  spdlog::info("batch of {} slots: {} inputs encoded, {:.1f} s of audio in {:.2f} s ({:.1f}x real time){}", o.batch,
+               done, audio_s, wall, wall > 0 ? audio_s / wall : 0.0,
+               failed ? ", " + std::to_string(failed) + " failed" : std::string());
+  if (failed && o.inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, o.inputs.size());
+  return code;
+}
+
+}  // namespace mimi::app

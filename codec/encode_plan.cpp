@@ -1,0 +1,224 @@
+// The encode plan (codec/plan.h): SEANet encoder per slot, then the transformer, downsampling
+// and split RVQ with the active slots side by side.
+#include <algorithm>
+
+#include "codec/error.h"
+#include "codec/plan.h"
+#include "codec/plan_steps.h"
+
+namespace mimi {
+
+using namespace plan_detail;
+
+EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frames, int n_q, int slots)
+    : m_(m), k_(kernels), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
+  const Config& c = m.cfg;
+  check_frames_nq(c, max_frames, n_q);
+  check_slots(slots);
+  const int64_t B = slots, T = max_frames * frame_size_, T25 = max_frames * c.downsample_stride();
+  split_ = seanet_split(m);
+  ScratchSizer head, body;
+  int64_t t = std::min(split_.sub_frames, max_frames) * frame_size_, tw = T;
+  head.conv(m.enc_in, t);
+  for (size_t b = 0; b < m.enc.size(); ++b) {
+    ScratchSizer& z = b < split_.enc_head ? head : body;
+    const int64_t tb = b < split_.enc_head ? t : tw;
+    z.resblocks(m.enc[b].res, tb);
+    z.conv(m.enc[b].down, tb);
+    t /= m.enc[b].down.shape.stride;
+    tw /= m.enc[b].down.shape.stride;
+  }
+  body.conv(m.enc_out, T25);
+  body.conv(m.downsample, T25);
+  body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25);
+  head.allocate(k_, head_, c.compress);
+  body.allocate(k_, s_, c.compress);
+  size_transformer(k_, s_, c, T25, B * T25);
+  input_.allocate(k_, {1, B * T});
+  seanet_out_.allocate(k_, {c.dimension, B * T25});
+  tf_out_.allocate(k_, {c.dimension, B * T25});
+  latent_.allocate(k_, {c.dimension, B * max_frames});
+  first_in_.allocate(k_, {c.q_dimension, B * max_frames});
+  rest_in_.allocate(k_, {c.q_dimension, B * max_frames});
+  codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
+  codes_.reserve(size_t(n_q) * size_t(B * max_frames));
+  offset_.assign(size_t(B), 0);
+  frames_.assign(size_t(B), 0);
+  // stream state, per slot
+  streams_.resize(size_t(B));
+  for (EncodeStream& s : streams_) {
+    init_state(k_, s.conv_in, m.enc_in);
+    s.res.resize(m.enc.size() * size_t(c.n_residual_layers));
+    s.stride.resize(m.enc.size());
+    for (size_t b = 0; b < m.enc.size(); ++b) {
+      for (size_t i = 0; i < m.enc[b].res.size(); ++i)
+        init_state(k_, s.res[b * m.enc[b].res.size() + i], m.enc[b].res[i].conv1);
+      init_state(k_, s.stride[b], m.enc[b].down);
+    }
+    init_state(k_, s.conv_out, m.enc_out);
+    init_state(k_, s.down, m.downsample);
+    init_state(k_, s.tf, c, m.enc_tf.size());
+  }
+  reset();
+}
+
+void EncodePlan::reset() {
+  for (EncodeStream& s : streams_) s.reset();
+}
+
+void EncodePlan::reset(int slot) {
+  if (slot < 0 || slot >= slots()) throw Error(ErrorKind::Usage, "no slot " + std::to_string(slot));
+  streams_[size_t(slot)].reset();
+}
+
+void EncodePlan::bind_input(const float* pcm, int64_t T) {
+  if (T < 1 || T > samples())
+    throw Error(ErrorKind::Usage, "encode plan for " + std::to_string(samples()) + " samples got " + std::to_string(T));
+  bound_frames_ = (T + frame_size_ - 1) / frame_size_;
+  k_.upload(input_.ptr(), pcm, size_t(T));
+  k_.fill(input_.ptr() + T, bound_frames_ * frame_size_ - T, 0.0f);
+}
+
+void EncodePlan::run() {
+  if (bound_frames_ < 1) throw Error(ErrorKind::Usage, "encode plan: bind_input before run");
+  reset();
+  std::vector<int64_t> frames(size_t(slots()), 0);
+  frames[0] = bound_frames_;
+  set_frames(frames.data());
+  encode();
+}
+
+void EncodePlan::push(const float* pcm, int64_t n) {
+  if (n < 1 || n > max_frames_)
+    throw Error(ErrorKind::Usage, "encode plan takes 1.." + std::to_string(max_frames_) + " frames per push, got " +
+                                      std::to_string(n));
+  std::vector<const float*> pcms(size_t(slots()), nullptr);
+  std::vector<int64_t> frames(size_t(slots()), 0);
+  pcms[0] = pcm;
+  frames[0] = n;
+  step(pcms.data(), frames.data());
+}
+
+void EncodePlan::set_frames(const int64_t* frames) {
+  total_ = 0;
+  for (int s = 0; s < slots(); ++s) {
+    if (frames[s] < 0 || frames[s] > max_frames_)
+      throw Error(ErrorKind::Usage, "encode plan takes 0.." + std::to_string(max_frames_) +
+                                        " frames per slot and step, got " + std::to_string(frames[s]));
+    offset_[size_t(s)] = total_;
+    frames_[size_t(s)] = frames[s];
+    total_ += frames[s];
+  }
+}
+
+void EncodePlan::step(const float* const* pcm, const int64_t* frames) {
+  set_frames(frames);
+  for (int s = 0; s < slots(); ++s)
+    if (frames_[size_t(s)] > 0)
+      k_.upload(input_.ptr() + offset_[size_t(s)] * frame_size_, pcm[s], size_t(frames_[size_t(s)] * frame_size_));
+  encode();
+}
+
+// The SEANet encoder of one slot: its samples of input_ -> its columns of seanet_out_ (and a
+// copy in tf_out_, which the transformer updates in place).
+void EncodePlan::seanet(int slot) {
+  EncodeStream& st = streams_[size_t(slot)];
+  Scratch& s = s_;
+  const int64_t n = frames_[size_t(slot)], ds = m_.cfg.downsample_stride();
+  const float* input = input_.ptr() + offset_[size_t(slot)] * frame_size_;
+  int64_t T = n * frame_size_, C = 0;
+  // the SEANet head on sub-chunks, each result scattered into its columns of s.a [C, T]
+  const int64_t sub = std::min(split_.sub_frames, n);
+  for (int64_t f0 = 0; f0 < n; f0 += sub) {
+    const int64_t nf = std::min(sub, n - f0);
+    int64_t t = nf * frame_size_, ch = m_.enc_in.shape.out_channels;
+    {
+      StageTimer timer(profile_, "enc.seanet.conv_in");
+      conv_step(k_, m_.enc_in, st.conv_in, input + f0 * frame_size_, t, head_.a.ptr(), timer);
+    }
+    for (size_t b = 0; b < split_.enc_head; ++b) block(st, b, head_, ch, t);
+    const int64_t per_frame = t / nf;
+    C = ch;
+    T = n * per_frame;
+    k_.copy2d(s.a.ptr() + f0 * per_frame, T, head_.a.ptr(), t, t, ch);
+  }
+  for (size_t b = split_.enc_head; b < m_.enc.size(); ++b) block(st, b, s, C, T);
+  const int64_t D = m_.cfg.dimension, Tt = total_ * ds, o = offset_[size_t(slot)] * ds;
+  StageTimer t(profile_, "enc.seanet.conv_out");
+  k_.elu(C * T, s.a.ptr(), s.b.ptr());
+  conv_step(k_, m_.enc_out, st.conv_out, s.b.ptr(), T, s.a.ptr(), t);  // s.a [D, T]
+  k_.copy2d(seanet_out_.ptr() + o, Tt, s.a.ptr(), T, T, D);
+  k_.copy2d(tf_out_.ptr() + o, Tt, s.a.ptr(), T, T, D);
+}
+
+void EncodePlan::encode() {
+  const Config& c = m_.cfg;
+  Scratch& s = s_;
+  const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
+  set_shape(input_, {1, F * frame_size_});
+  set_shape(seanet_out_, {D, Tt});
+  set_shape(tf_out_, {D, Tt});
+  set_shape(latent_, {D, F});
+  set_shape(first_in_, {Q, F});
+  set_shape(rest_in_, {Q, F});
+  codes_.resize(size_t(n_q_) * size_t(F));
+  if (F == 0) return;
+  std::vector<TfSegment> segments;
+  for (int b = 0; b < slots(); ++b)
+    if (frames_[size_t(b)] > 0) {
+      seanet(b);
+      segments.push_back({offset_[size_t(b)] * ds, frames_[size_t(b)] * ds, &streams_[size_t(b)].tf});
+    }
+  {  // encoder transformer (25 Hz) on every active slot's columns
+    StageTimer t(profile_, "enc.transformer");
+    transformer_step(k_, c, m_.enc_tf, segments, tf_out_.ptr(), Tt, s, t);
+  }
+  {  // downsample to the 12.5 Hz latent, slot by slot (replicate-padded stream context)
+    StageTimer t(profile_, "enc.downsample");
+    for (int b = 0; b < slots(); ++b) {
+      const int64_t n = frames_[size_t(b)], T = n * ds;
+      if (n == 0) continue;
+      k_.copy2d(s.a.ptr(), T, tf_out_.ptr() + offset_[size_t(b)] * ds, Tt, T, D);
+      conv_step(k_, m_.downsample, streams_[size_t(b)].down, s.a.ptr(), T, s.b.ptr(), t);
+      k_.copy2d(latent_.ptr() + offset_[size_t(b)], F, s.b.ptr(), n, n, D);
+    }
+  }
+  // split RVQ on all frames: both groups quantize projections of the same latent
+  StageTimer rvq_timer(profile_, "enc.rvq");
+  k_.linear(D, Q, F, m_.semantic.input_proj.data, latent_.ptr(), first_in_.ptr());
+  k_.linear(D, Q, F, m_.acoustic.input_proj.data, latent_.ptr(), rest_in_.ptr());
+  const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
+  auto sem_e = book_ptrs(m_.semantic, n_sem, false), sem_n = book_ptrs(m_.semantic, n_sem, true);
+  k_.rvq_encode(Q, F, c.bins, n_sem, first_in_.ptr(), sem_e.data(), sem_n.data(), codes_dev_.get());
+  if (n_ac > 0) {
+    auto ac_e = book_ptrs(m_.acoustic, n_ac, false), ac_n = book_ptrs(m_.acoustic, n_ac, true);
+    k_.rvq_encode(Q, F, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_dev_.get() + n_sem * F);
+  }
+  k_.download_i32(codes_.data(), codes_dev_.get(), codes_.size());
+  rvq_timer.add_flops(2.0 * double(F) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
+}
+
+void EncodePlan::block(EncodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T) {
+  const EncoderStage& stage = m_.enc[b];
+  StageTimer t(profile_, "enc.seanet.block" + std::to_string(b + 1));
+  for (size_t i = 0; i < stage.res.size(); ++i)
+    resblock_step(k_, stage.res[i], st.res[b * stage.res.size() + i], sc.a.ptr(), C, T, sc, t);
+  // ELU -> strided conv in one pass (the conv splits its input into phases, ELU'd on the way)
+  T = conv_step(k_, stage.down, st.stride[b], sc.a.ptr(), T, sc.b.ptr(), t, false, /*elu_input=*/true);
+  std::swap(sc.a, sc.b);  // the output is the next input; both are sized for either
+  C = stage.down.shape.out_channels;
+}
+
+const Buffer& EncodePlan::stage(const std::string& name) const {
+  const Buffer* b = name == "input"                     ? &input_
+                    : name == "seanet_encoder_out"      ? &seanet_out_
+                    : name == "encoder_transformer_out" ? &tf_out_
+                    : name == "latent"                  ? &latent_
+                    : name == "rvq_first_in"            ? &first_in_
+                    : name == "rvq_rest_in"             ? &rest_in_
+                                                        : nullptr;
+  if (!b) throw Error(ErrorKind::Usage, "encode plan has no stage '" + name + "'");
+  return host_copy(k_, *b, host_copies_, name);
+}
+
+}  // namespace mimi

@@ -1,0 +1,326 @@
+// One streaming step of each layer kind (codec/plan_steps.h).
+#include "codec/plan_steps.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "codec/error.h"
+
+namespace mimi {
+
+void Buffer::allocate(const Kernels& k, Shape s) {
+  capacity_ = std::max<int64_t>(numel(s), 1);
+  mem_ = std::shared_ptr<float>(k.alloc(size_t(capacity_)), k.release);
+  shape = std::move(s);
+}
+
+void EncodeStream::reset() {
+  for (ConvState* st : {&conv_in, &conv_out, &down}) st->started = false;
+  for (ConvState& st : res) st.started = false;
+  for (ConvState& st : stride) st.started = false;
+  tf.cached = tf.pos = 0;
+}
+
+void DecodeStream::reset() {
+  for (ConvState* st : {&conv_in, &conv_out}) st->started = false;
+  for (ConvState& st : res) st.started = false;
+  up.started = false;
+  for (ConvTrState& st : convtr) st.started = false;
+  tf.cached = tf.pos = 0;
+}
+
+namespace plan_detail {
+
+void set_shape(Buffer& b, Shape s) {
+  if (numel(s) > b.capacity()) throw Error(ErrorKind::Internal, "plan buffer too small for " + shape_str(s));
+  b.shape = std::move(s);
+}
+
+void init_state(const Kernels& k, ConvState& st, const Conv& c) {
+  const int64_t Cin = c.shape.in_channels, P = c.shape.context();
+  if (P <= 0) return;
+  st.hist.allocate(k, {Cin, P});
+  st.next.allocate(k, {Cin, P});
+}
+
+namespace {
+
+// st.next = the last P inputs of [hist | x] (x [C, T]): the context of the next chunk. Built
+// before the op (a fused resblock overwrites x); commit_context() makes it current after.
+void build_context(const Kernels& k, ConvState& st, const float* x, int64_t C, int64_t T, int64_t P) {
+  if (T >= P) {
+    k.copy2d(st.next.ptr(), P, x + T - P, T, P, C);
+  } else {
+    k.copy2d(st.next.ptr(), P, st.hist.ptr() + T, P, P - T, C);
+    k.copy2d(st.next.ptr() + P - T, P, x, T, T, C);
+  }
+}
+void commit_context(ConvState& st) { std::swap(st.hist, st.next); }
+
+double conv_flops(const Conv1dShape& s) {
+  return 2.0 * double(s.out_channels) * double(s.in_channels / s.groups) * double(s.kernel) * double(s.length_out());
+}
+double convtr_flops(const ConvTranspose1dShape& s) {
+  return 2.0 * double(s.in_channels) * double(s.out_channels / s.groups) * double(s.kernel) * double(s.length_in);
+}
+
+}  // namespace
+
+// The kernel reads the causal left context from `st` in place (zeros, or the first input column
+// repeated for replicate padding, at the start of a stream); the last P inputs are kept in `st`
+// for the next chunk.
+int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x, int64_t T, float* y,
+                  StageTimer& t, bool accumulate, bool elu_input) {
+  Conv1dShape sh = c.shape;
+  sh.length_in = T;
+  sh.elu_input = elu_input;
+  const int64_t P = sh.context(), Cin = sh.in_channels;
+  if (P == 0) {  // no context to carry (pointwise, or kernel == stride)
+    k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate, nullptr);
+    t.add_flops(conv_flops(sh));
+    return sh.length_out();
+  }
+  if (!st.started) {  // a stream's first chunk: the padding as context
+    if (sh.pad == PadMode::Replicate)
+      for (int64_t j = 0; j < P; ++j) k.copy2d(st.hist.ptr() + j, P, x, T, 1, Cin);  // column x[:, 0]
+    else k.fill(st.hist.ptr(), Cin * P, 0.0f);
+    st.started = true;
+  }
+  build_context(k, st, x, Cin, T, P);
+  k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate, st.hist.ptr());
+  commit_context(st);
+  t.add_flops(conv_flops(sh));
+  return sh.length_out();
+}
+
+// y [Cout, T*stride] = convtr(x [Cin, T]) plus the overlap carried from the previous chunk. The
+// kernel writes the trimmed output (bias included) straight into y; the trimmed-off tail, which
+// only the last ceil(K/stride) inputs reach, is recomputed from those few columns (bias-free)
+// and carried on.
+int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const float* x, int64_t T, float* y,
+                    Scratch& s, StageTimer& t) {
+  ConvTranspose1dShape sh = c.shape;
+  sh.length_in = T;
+  const int64_t Cin = sh.in_channels, Cout = sh.out_channels, O = sh.overlap(), S = sh.stride, Tout = T * S;
+  k.conv_transpose1d(sh, x, c.weight.data, opt(c.bias), y);
+  t.add_flops(convtr_flops(sh));
+  if (O == 0) return Tout;
+  if (!st.started) {
+    k.fill(st.carry.ptr(), Cout * O, 0.0f);
+    st.started = true;
+  }
+  k.add2d(y, Tout, st.carry.ptr(), O, std::min(O, Tout), Cout);
+  // the tail: outputs Tout .. Tout+O-1 of the untrimmed transform, from the last m inputs
+  const int64_t m = std::min(T, (sh.kernel + S - 1) / S);
+  set_shape(s.work, {Cin, m});
+  k.copy2d(s.work.ptr(), m, x + T - m, T, m, Cin);
+  ConvTranspose1dShape tail = sh;
+  tail.length_in = m;
+  tail.trimmed = false;
+  const int64_t L = tail.length_out();  // (m-1)*S + K; its last O outputs are the tail
+  set_shape(s.full, {Cout, L});
+  k.conv_transpose1d(tail, s.work.ptr(), c.weight.data, nullptr, s.full.ptr());
+  if (O > Tout) std::swap(st.carry, st.old);  // a chunk shorter than the overlap: keep the rest
+  k.copy2d(st.carry.ptr(), O, s.full.ptr() + L - O, L, O, Cout);
+  if (O > Tout) k.add2d(st.carry.ptr(), O, st.old.ptr() + Tout, O, O - Tout, Cout);
+  return Tout;
+}
+
+// x [C, T] += conv2(ELU(conv1(ELU(x)))): the backend's fused op when it has one, else the ops
+// (the residual add fused into conv2). `st` carries conv1's left context of raw x.
+// The caller's scratch `s` has room for the hidden activation in s.c.
+void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x, int64_t C, int64_t T, Scratch& s,
+                   StageTimer& t) {
+  const Conv1dShape& c1 = r.conv1.shape;
+  if (k.resblock && c1.stride == 1 && c1.groups == 1 && r.conv2.shape.kernel == 1) {
+    const int64_t P = c1.context();
+    if (P > 0) {
+      if (!st.started) k.fill(st.hist.ptr(), C * P, 0.0f);  // conv1 pads with zeros
+      st.started = true;
+      build_context(k, st, x, C, T, P);  // before the op overwrites x
+    }
+    const ResBlockShape sh{C, c1.out_channels, c1.kernel, c1.dilation, T};
+    k.resblock(sh, r.conv1.weight.data, opt(r.conv1.bias), r.conv2.weight.data, opt(r.conv2.bias),
+               P > 0 ? st.hist.ptr() : nullptr, x);
+    if (P > 0) commit_context(st);
+    Conv1dShape s1 = c1, s2 = r.conv2.shape;
+    s1.length_in = T;
+    s2.length_in = T;
+    t.add_flops(conv_flops(s1) + conv_flops(s2));
+    return;
+  }
+  // composed: conv1 reads ELU(x) (its context is raw x, as for the fused op), ELU, conv2 adds
+  conv_step(k, r.conv1, st, x, T, s.c.ptr(), t, false, /*elu_input=*/true);
+  k.elu(r.conv1.shape.out_channels * T, s.c.ptr(), s.c.ptr());
+  ConvState none;  // pointwise: no context
+  conv_step(k, r.conv2, none, s.c.ptr(), T, x, t, /*accumulate=*/true);
+}
+
+// Per layer: LayerNorm, the q/k/v projection, the output projection and the MLP on all T_total
+// columns (one GEMM each); per segment, RoPE at its own position, attention against its own
+// window (the cached keys/values, then its new ones) and the window's update.
+void transformer_step(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
+                      const std::vector<TfSegment>& segments, float* x, int64_t Tt, Scratch& s, StageTimer& t) {
+  const int64_t D = c.d_model, H = c.num_heads, hd = c.head_dim(), FF = c.dim_feedforward;
+  const int64_t cap = c.context - 1;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  set_shape(s.h, {D, Tt});
+  set_shape(s.o, {D, Tt});
+  set_shape(s.qkv, {3 * D, Tt});
+  set_shape(s.ff, {FF, Tt});
+  const float* q = s.qkv.ptr();  // [D, Tt] each, row stride Tt
+  const float* kn = q + D * Tt;
+  const float* vn = kn + D * Tt;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const TransformerLayer& L = layers[l];
+    k.layer_norm(D, Tt, x, L.norm1_w.data, L.norm1_b.data, float(c.norm_eps), s.h.ptr());
+    k.linear(D, 3 * D, Tt, L.in_proj.data, s.h.ptr(), s.qkv.ptr());
+    for (const TfSegment& seg : segments) {
+      TransformerState& st = *seg.state;
+      const int64_t T = seg.length, o = seg.offset, cached = st.cached, Tk = cached + T;
+      const int64_t keep = std::min(cap, Tk);  // cached columns after this step
+      set_shape(s.qs, {D, T});
+      set_shape(s.ks, {D, T});
+      set_shape(s.os, {D, T});
+      set_shape(s.kbuf, {D, Tk});
+      set_shape(s.vbuf, {D, Tk});
+      k.copy2d(s.qs.ptr(), T, q + o, Tt, T, D);
+      k.copy2d(s.ks.ptr(), T, kn + o, Tt, T, D);
+      k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, s.qs.ptr());
+      k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, s.ks.ptr());
+      // keys/values: the cached steps, then the new ones
+      k.copy2d(s.kbuf.ptr(), Tk, st.k[l].ptr(), cap, cached, D);
+      k.copy2d(s.kbuf.ptr() + cached, Tk, s.ks.ptr(), T, T, D);
+      k.copy2d(s.vbuf.ptr(), Tk, st.v[l].ptr(), cap, cached, D);
+      k.copy2d(s.vbuf.ptr() + cached, Tk, vn + o, Tt, T, D);
+      k.attention(H, T, Tk, hd, st.pos, st.pos - cached, c.context, scale, s.qs.ptr(), s.kbuf.ptr(), s.vbuf.ptr(),
+                  s.os.ptr());
+      k.copy2d(s.o.ptr() + o, Tt, s.os.ptr(), T, T, D);
+      k.copy2d(st.k[l].ptr(), cap, s.kbuf.ptr() + Tk - keep, Tk, keep, D);
+      k.copy2d(st.v[l].ptr(), cap, s.vbuf.ptr() + Tk - keep, Tk, keep, D);
+      const double window = double(std::min<int64_t>(Tk, c.context));
+      t.add_flops(4.0 * double(T) * window * double(D));
+    }
+    k.linear(D, D, Tt, L.out_proj.data, s.o.ptr(), s.h.ptr());
+    k.layer_scale_add(D, Tt, L.scale1.data, s.h.ptr(), x);
+    k.layer_norm(D, Tt, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
+    k.linear(D, FF, Tt, L.linear1.data, s.h.ptr(), s.ff.ptr());
+    k.gelu_erf(FF * Tt, s.ff.ptr(), s.ff.ptr());
+    k.linear(FF, D, Tt, L.linear2.data, s.ff.ptr(), s.o.ptr());
+    k.layer_scale_add(D, Tt, L.scale2.data, s.o.ptr(), x);
+    t.add_flops(2.0 * double(Tt) * (4.0 * D * D + 2.0 * D * FF));
+  }
+  for (const TfSegment& seg : segments) {
+    seg.state->cached = std::min(cap, seg.state->cached + seg.length);
+    seg.state->pos += seg.length;
+  }
+}
+
+std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq) {
+  std::vector<const float*> p;
+  for (int i = 0; i < n; ++i) p.push_back(sq ? g.books[size_t(i)].sq_norm.data : g.books[size_t(i)].embedding.data);
+  return p;
+}
+
+void check_slots(int slots) {
+  if (slots < 1 || slots > 4096) throw Error(ErrorKind::Usage, "a plan needs 1..4096 slots, got " + std::to_string(slots));
+}
+
+void check_frames_nq(const Config& c, int64_t frames, int n_q) {
+  if (frames < 1) throw Error(ErrorKind::Usage, "a plan needs at least one frame, got " + std::to_string(frames));
+  if (n_q < 1 || n_q > c.n_q)
+    throw Error(ErrorKind::Usage, "n_q must be in 1.." + std::to_string(c.n_q) + ", got " + std::to_string(n_q));
+}
+
+void ScratchSizer::conv(const Conv& cv, int64_t t_in) {
+  maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * (t_in / cv.shape.stride)});
+}
+void ScratchSizer::convtr(const ConvTr& cv, int64_t t_in) {
+  const int64_t S = cv.shape.stride, m = std::min(t_in, (cv.shape.kernel + S - 1) / S);
+  maxCT = std::max({maxCT, cv.shape.in_channels * t_in, cv.shape.out_channels * t_in * S});
+  work = std::max(work, cv.shape.in_channels * m);
+  full = std::max(full, cv.shape.out_channels * ((m - 1) * S + cv.shape.kernel));
+}
+void ScratchSizer::resblocks(const std::vector<ResBlock>& res, int64_t t) {
+  for (const ResBlock& r : res) conv(r.conv1, t), conv(r.conv2, t);
+}
+void ScratchSizer::allocate(const Kernels& k, Scratch& s, int compress) const {
+  s.a.allocate(k, {maxCT});
+  s.b.allocate(k, {maxCT});
+  s.c.allocate(k, {(maxCT + compress - 1) / compress});
+  s.work.allocate(k, {work});
+  s.full.allocate(k, {full});
+}
+
+void size_transformer(const Kernels& k, Scratch& s, const Config& c, int64_t slot_T, int64_t total_T) {
+  const int64_t D = c.d_model, Tk = c.context - 1 + slot_T;
+  s.h.allocate(k, {D, total_T});
+  s.qkv.allocate(k, {3 * D, total_T});
+  s.o.allocate(k, {D, total_T});
+  s.ff.allocate(k, {c.dim_feedforward, total_T});
+  s.kbuf.allocate(k, {D, Tk});
+  s.vbuf.allocate(k, {D, Tk});
+  s.qs.allocate(k, {D, slot_T});
+  s.ks.allocate(k, {D, slot_T});
+  s.os.allocate(k, {D, slot_T});
+}
+
+void init_state(const Kernels& k, TransformerState& st, const Config& c, size_t layers) {
+  st.k.resize(layers);
+  st.v.resize(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    st.k[l].allocate(k, {c.d_model, std::max<int64_t>(c.context - 1, 1)});
+    st.v[l].allocate(k, {c.d_model, std::max<int64_t>(c.context - 1, 1)});
+  }
+}
+void init_state(const Kernels& k, ConvTrState& st, const ConvTr& c) {
+  const int64_t O = std::max<int64_t>(c.shape.overlap(), 1);
+  st.carry.allocate(k, {c.shape.out_channels, O});
+  st.old.allocate(k, {c.shape.out_channels, O});
+}
+
+const Buffer& host_copy(const Kernels& k, const Buffer& b, std::map<std::string, Buffer>& copies,
+                        const std::string& name) {
+  if (k.host_memory) return b;
+  Buffer& h = copies[name];
+  if (h.capacity() < b.capacity()) h.allocate(kernels_for(Device{}), {b.capacity()});
+  h.shape = b.shape;
+  k.download(h.ptr(), b.ptr(), size_t(b.size()));
+  return h;
+}
+
+std::shared_ptr<int32_t> alloc_codes(const Kernels& k, size_t n) {
+  return std::shared_ptr<int32_t>(k.alloc_i32(n), k.release);
+}
+
+}  // namespace plan_detail
+
+SeanetSplit seanet_split(const Model& m) {
+  // A stage is sub-chunked when its activation exceeds kFloatsPerFrame per frame: 64 channels
+  // at 24 kHz are 122880 floats (480 kB) a frame, so a 64-frame push would stream 31 MB per pass
+  // through memory. Sub-chunks of kSubFrames keep it near 8 MB. Measured (docs/PERF.md): cutting
+  // only the 24 kHz stages beat also cutting the 6 kHz ones, whose transposed conv and GEMMs
+  // lose more to the narrower columns than they gain in cache, and 16 frames beat 8.
+  constexpr int64_t kFloatsPerFrame = 65536, kSubFrames = 16;
+  SeanetSplit sp;
+  sp.sub_frames = kSubFrames;
+  int64_t per_frame = m.cfg.frame_size();  // samples per frame at the current stage's rate
+  for (const EncoderStage& st : m.enc) {    // input of block b: in_channels of its first conv
+    const int64_t C = st.res.empty() ? st.down.shape.in_channels : st.res.front().conv1.shape.in_channels;
+    if (C * per_frame < kFloatsPerFrame) break;
+    ++sp.enc_head;
+    per_frame /= st.down.shape.stride;
+  }
+  per_frame = m.cfg.frame_size();
+  sp.dec_tail = m.dec.size();
+  for (size_t b = m.dec.size(); b-- > 0;) {  // output of block b
+    if (m.dec[b].up.shape.out_channels * per_frame < kFloatsPerFrame) break;
+    sp.dec_tail = b;
+    per_frame /= m.dec[b].up.shape.stride;
+  }
+  return sp;
+}
+
+}  // namespace mimi
