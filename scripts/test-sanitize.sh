@@ -16,5 +16,5 @@ asan_build() {
 }
 step "ASan+UBSan build" asan_build "$@" || exit 1
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
-suite sanitize build-asan --output-on-failure -j "${MIMI_TEST_JOBS:-1}" -E 'golden_full|golden_devicepath|golden_gpu|streaming|cli_gpu|batch_gpu'
+suite sanitize build-asan --output-on-failure -j "${MIMI_TEST_JOBS:-1}" -E 'golden_full|golden_devicepath|golden_gpu|streaming|cli_gpu|batch_gpu|batch_full'
 if [ -n "${MIMI_SUITE_OWNER:-}" ]; then closing_line; fi
