@@ -19,10 +19,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL=(safetensors_weights safetensors_tokens npy text mimi config audio stream_encode stream_decode)
+ALL=(safetensors_weights safetensors_tokens npy text mimi config audio stream_encode stream_decode manifest)
 OUT=build-fuzz
 declare -A MAXLEN=([safetensors_weights]=32768 [safetensors_tokens]=4096 [npy]=4096 [text]=4096 [mimi]=4096
-                   [config]=4096 [audio]=8192 [stream_encode]=16384 [stream_decode]=4096)
+                   [config]=4096 [audio]=8192 [stream_encode]=16384 [stream_decode]=4096 [manifest]=8192)
 
 mode=fuzz secs=60 secs_given=0 runs="" unit_timeout=20 keep_going=0 targets=()
 while [ $# -gt 0 ]; do

@@ -49,9 +49,14 @@ std::string trim(const std::string& s) {
 
 bool skip_line(const std::string& t) { return t.empty() || t[0] == '#'; }
 
-std::string absolute(const fs::path& base, const std::string& p) {
+// An audio path of a manifest line, absolute; one that names a folder ("/", "a/", "..") is refused.
+std::string absolute(const fs::path& base, const std::string& p, const std::string& where) {
   const fs::path q(p);
-  return (q.is_absolute() ? q : base / q).lexically_normal().string();
+  const fs::path a = (q.is_absolute() ? q : base / q).lexically_normal();
+  const std::string name = a.filename().string();
+  if (name.empty() || name == "." || name == "..")
+    throw Error(ErrorKind::Input, where + ": '" + p + "' is not a file path");
+  return a.string();
 }
 
 // An id from a path: relative to the manifest's folder when inside it, without the extension.
@@ -67,12 +72,12 @@ std::string segment_suffix(double start, double end) {
 }
 
 double number(const json& v, const char* field, const std::string& where) {
-  if (v.is_number()) return v.get<double>();
+  if (v.is_number() && std::isfinite(v.get<double>())) return v.get<double>();
   if (v.is_string()) {
     try {
       size_t used = 0;
       const double d = std::stod(v.get<std::string>(), &used);
-      if (used == v.get<std::string>().size()) return d;
+      if (used == v.get<std::string>().size() && std::isfinite(d)) return d;  // not "inf" or "nan"
     } catch (...) {
     }
   }
@@ -107,7 +112,7 @@ void read_jsonl(const std::string& path, const std::string& text, std::vector<It
     if (!p || !p->is_string() || p->get<std::string>().empty())
       throw Error(ErrorKind::Input, where + ": no 'path' (or 'audio_filepath')");
     Item it;
-    it.path = absolute(base, p->get<std::string>());
+    it.path = absolute(base, p->get<std::string>(), where);
     const char* start_key = j.contains("start") ? "start" : j.contains("offset") ? "offset" : nullptr;  // NeMo: offset
     if (start_key) it.start = number(j[start_key], start_key, where);
     if (j.contains("end")) it.end = number(j["end"], "end", where);
@@ -115,8 +120,12 @@ void read_jsonl(const std::string& path, const std::string& text, std::vector<It
     if (it.start < 0 || !std::isfinite(it.start) || (it.end >= 0 && it.end <= it.start) ||
         (j.contains("duration") && !(it.duration > 0)))
       throw Error(ErrorKind::Input, where + ": empty or negative start/end/duration");
+    if (j.contains("end") && it.end < 0 && it.end != -1)  // -1: to the end of the file, as in Kaldi
+      throw Error(ErrorKind::Input, where + ": 'end' must be after 'start', or -1 for the end of the file");
     if (it.end >= 0) it.duration = it.end - it.start;
     else if (start_key && it.duration > 0) it.end = it.start + it.duration;
+    if (!std::isfinite(it.end) || !std::isfinite(it.duration))  // 1e308 + 1e308
+      throw Error(ErrorKind::Input, where + ": start/end/duration out of range");
     if (j.contains("channel")) {
       const json& c = j["channel"];
       if (c.is_string() && c.get<std::string>() == "mix") it.channel = -1;
@@ -152,7 +161,7 @@ std::map<std::string, std::string> read_wav_scp(const std::string& path, const s
     const std::string id = t.substr(0, sp), file = trim(t.substr(sp));
     if (file.back() == '|' || file.find(' ') != std::string::npos)
       throw Error(ErrorKind::Input, where + ": piped or multi-word entries are not supported (give the audio file)");
-    if (!recs.emplace(id, absolute(base, file)).second)
+    if (!recs.emplace(id, absolute(base, file, where)).second)
       throw Error(ErrorKind::Usage, where + ": duplicate recording id '" + id + "'");
     if (order) order->push_back(id);
   }
@@ -185,11 +194,12 @@ void read_segments(const std::string& path, const std::string& text, const std::
 
 void read_list(const std::string& path, const std::string& text, std::vector<Item>& out) {
   const fs::path base = fs::path(path).parent_path();
-  for (const std::string& l : lines_of(text)) {
-    const std::string t = trim(l);
+  const std::vector<std::string> lines = lines_of(text);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string t = trim(lines[i]);
     if (skip_line(t)) continue;
     Item it;
-    it.path = absolute(base, t);
+    it.path = absolute(base, t, path + ":" + std::to_string(i + 1));
     it.id = id_from_path(base, it.path);
     out.push_back(std::move(it));
   }
