@@ -11,6 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/decode_output.h"
 #include "app/file_io.h"
 #include "app/pipeline.h"
 #include "app/progress.h"
@@ -57,22 +58,6 @@ bool looks_like_audio(const uint8_t* p, size_t n) {
   return false;
 }
 
-// Refuses, from its first bytes, an input that cannot be a token file of the format its name (or
-// failing that, its content) says: /dev/zero or a WAV given to decode fails at once.
-void check_token_prefix(std::optional<TokenFormat> declared, const uint8_t* p, size_t n, const std::string& what) {
-  const std::vector<uint8_t> head(p, p + std::min<size_t>(n, 64));
-  const std::optional<TokenFormat> sniffed = sniff_format(head);
-  if (!declared) {
-    if (!sniffed) throw Error(ErrorKind::Input, what + ": not a token file (.mimi, .npy, .safetensors or text codes)");
-    return;
-  }
-  if (*declared == TokenFormat::Text) {
-    if (n > 0 && std::memchr(p, 0, n)) throw Error(ErrorKind::Input, what + ": binary data, not a text token file");
-  } else if (sniffed != declared) {
-    throw Error(ErrorKind::Input, what + ": not a " + std::string(format_name(*declared)) + " token file (wrong magic bytes)");
-  }
-}
-
 // `--format F -o NAME.ext` where .ext names another token format: refused rather than writing
 // content that contradicts its extension.
 void check_format_matches_output(const std::string& flag, const std::string& out) {
@@ -83,17 +68,6 @@ void check_format_matches_output(const std::string& flag, const std::string& out
     throw Error(ErrorKind::Usage, "--format " + flag + " contradicts the output name " + out);
 }
 
-TokenFile read_token_input(const std::string& path, bool recover) {
-  const std::string what = path == "-" ? "stdin" : path;
-  const std::optional<TokenFormat> declared = path == "-" ? std::nullopt : format_from_extension(path);
-  const std::vector<uint8_t> bytes =
-      read_input(path, [&](const uint8_t* p, size_t n) { check_token_prefix(declared, p, n, what); });
-  const std::optional<TokenFormat> f = declared ? declared : sniff_format(bytes);
-  if (!f) throw Error(ErrorKind::Input, what + ": unknown token file format (use .mimi, .npy, .safetensors or .txt)");
-  TokenFile t = read_tokens(bytes, *f, what, recover);
-  if (!t.complete) spdlog::warn("{}: {}; using the {} good frames", what, t.damage, t.codes.frames);
-  return t;
-}
 
 }  // namespace
 
@@ -268,116 +242,13 @@ void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, c
   emit(rec);
 }
 
-namespace {
-
-// Checks tokens against the loaded model; returns the codebooks to decode with.
-int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default, bool allow_mismatch,
-                 const std::string& what) {
-  const Config& c = eng.config();
-  if (t.codes.frames < 1) throw Error(ErrorKind::Input, what + ": no complete frames to decode");
-  if (t.meta.codebook_size != c.bins && !t.meta.weights_fingerprint.empty())
-    throw Error(ErrorKind::Input, what + ": codebook size " + std::to_string(t.meta.codebook_size) +
-                                      " does not match the model's " + std::to_string(c.bins));
-  if (t.meta.sample_rate != c.sample_rate)
-    throw Error(ErrorKind::Input, what + ": made for " + std::to_string(t.meta.sample_rate) + " Hz, the model runs at " +
-                                      std::to_string(c.sample_rate));
-  if (!t.meta.weights_fingerprint.empty() && t.meta.weights_fingerprint != eng.model().fingerprint) {
-    if (!allow_mismatch)
-      throw Error(ErrorKind::Weights, what + ": made with other weights (fingerprint " + t.meta.weights_fingerprint +
-                                          ", loaded " + eng.model().fingerprint +
-                                          "); pass --allow-weights-mismatch to decode anyway");
-    spdlog::warn("{}: made with other weights (fingerprint {}), decoding anyway", what, t.meta.weights_fingerprint);
-  }
-  const int n_q = n_q_flag > 0 ? n_q_flag : std::min(n_q_default > 0 ? n_q_default : t.codes.n_q, t.codes.n_q);
-  if (n_q > t.codes.n_q)
-    throw Error(ErrorKind::Usage, what + ": --n-q " + std::to_string(n_q) + " but the file holds " +
-                                      std::to_string(t.codes.n_q) + " codebooks");
-  if (t.codes.n_q > c.n_q)
-    throw Error(ErrorKind::Input, what + ": " + std::to_string(t.codes.n_q) + " codebooks, the model has " +
-                                      std::to_string(c.n_q));
-  for (size_t i = 0; i < t.codes.data.size(); ++i)
-    if (t.codes.data[i] < 0 || t.codes.data[i] >= c.bins)
-      throw Error(ErrorKind::Input, what + ": code " + std::to_string(t.codes.data[i]) + " (codebook " +
-                                        std::to_string(i / size_t(t.codes.frames)) + ", frame " +
-                                        std::to_string(i % size_t(t.codes.frames)) + ") is outside the model's [0, " +
-                                        std::to_string(c.bins) + ")");
-  return n_q;
-}
-
-int output_rate(const Config& c, const TokenFile& t, const std::string& flag, const std::string& what) {
-  if (flag.empty()) return c.sample_rate;
-  if (flag == "source") {
-    if (!t.meta.source_sample_rate) throw Error(ErrorKind::Input, what + ": the token file does not record the source rate");
-    const int src = *t.meta.source_sample_rate;
-    if (src < kMinSampleRate || src > kMaxSampleRate)
-      throw Error(ErrorKind::Input, what + ": recorded source rate " + std::to_string(src) + " Hz is not a rate to write");
-    return src;
-  }
-  int to = 0;
-  const auto r = std::from_chars(flag.data(), flag.data() + flag.size(), to);
-  if (r.ec != std::errc() || r.ptr != flag.data() + flag.size() || to < kMinSampleRate || to > kMaxSampleRate)
-    throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz or 'source', got '" + flag + "'");
-  return to;
-}
-
-struct DecodeResult {
-  int64_t samples = 0;
-  int rate = 0;
-  uint64_t bytes = 0;
-  double compute = 0;
-};
-
-// Codes -> audio file, chunk by chunk: trimmed to the original length unless no_trim,
-// resampled to `rate` when asked; constant memory for file outputs.
-DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const DecodeOptions& o, SampleFormat sf,
-                            const std::string& path, bool force, const std::string& what, bool quiet) {
-  const Config& c = eng.config();
-  DecodeResult r;
-  r.rate = output_rate(c, t, o.sample_rate, what);
-  int64_t expected = -1;  // known exactly when no resampling happens
-  if (r.rate == c.sample_rate) {
-    expected = t.codes.frames * c.frame_size();
-    if (!o.no_trim && t.meta.original_samples) expected = std::min(expected, *t.meta.original_samples);
-  }
-  const int64_t bound = int64_t(double(t.codes.frames) * c.frame_size() * r.rate / c.sample_rate) + r.rate;
-  AudioWriter w(path, r.rate, sf, force, expected, bound);
-  StreamResampler rs(c.sample_rate, r.rate);
-  int64_t remaining = !o.no_trim && t.meta.original_samples ? *t.meta.original_samples : INT64_MAX;
-  std::vector<float> tmp;
-  double busy = 0;
-  const int64_t total = t.codes.frames * c.frame_size();
-  Progress bar(what, total, double(total) / c.sample_rate, !quiet);
-  int64_t done = 0;
-  const double t0 = now();
-  eng.decode_chunks(t.codes, n_q, [&](const float* y, int64_t n) {
-    const double w0 = now();
-    bar.update(done += n);
-    const int64_t take = std::min(n, remaining);
-    remaining -= take;
-    tmp.clear();
-    rs.process(y, size_t(take), tmp);
-    w.write(tmp.data(), int64_t(tmp.size()));
-    r.samples += int64_t(tmp.size());
-    busy += now() - w0;
-  });
-  r.compute = now() - t0 - busy;
-  bar.finish();
-  tmp.clear();
-  rs.process(nullptr, 0, tmp);
-  w.write(tmp.data(), int64_t(tmp.size()));
-  r.samples += int64_t(tmp.size());
-  r.bytes = w.finish();
-  return r;
-}
-
-}  // namespace
-
 int App::decode(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format is for --stream output; add --stream (files get a WAV/FLAC/OGG header)");
   if (o.stream) {
     if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
+    if (o.batch > 1) throw Error(ErrorKind::Usage, "--stream decodes one live input; --batch is for files");
     StreamDecodeOptions so;
     so.input = o.inputs[0];
     so.out = output_path(so.input, o.out, ".wav");
@@ -397,6 +268,7 @@ int App::decode(const DecodeOptions& o) {
           {"max_frame_s", st.max_frame_s}, {"load_s", load_seconds_}});
     return kOk;
   }
+  if (o.batch > 1) return decode_batched(o, sf);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = now();
     const TokenFile t = read_token_input(in, o.recover);
@@ -404,13 +276,25 @@ int App::decode(const DecodeOptions& o) {
     const int n_q = check_tokens(eng, t, o.n_q, -1, o.allow_weights_mismatch, in);
     const std::string path = output_path(in, o.out, ".wav");
     const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in, common_.quiet);
-    const double seconds = double(t.codes.frames) * eng.config().frame_size() / eng.config().sample_rate;
+    report_decoded(in, path, t, n_q, d, now() - t0);
+  });
+}
+
+void App::report_decoded(const std::string& in, const std::string& path, const TokenFile& t, int n_q,
+                         const DecodeResult& d, double wall) {
+  const double seconds = double(t.codes.frames) * engine().config().frame_size() / engine().config().sample_rate;
+  nlohmann::json rec{{"input", in},          {"output", path},          {"status", "ok"},
+                     {"seconds", double(d.samples) / d.rate}, {"frames", t.codes.frames}, {"n_q", n_q},
+                     {"bytes", d.bytes},     {"sample_rate", d.rate},   {"wall_s", wall},
+                     {"load_s", load_seconds_}};
+  if (d.compute > 0) {
     spdlog::info("{} -> {}: {} frames, {:.2f} s at {} Hz, {:.1f}x real time", in, path, t.codes.frames,
                  double(d.samples) / d.rate, d.rate, seconds / d.compute);
-    emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", double(d.samples) / d.rate},
-          {"frames", t.codes.frames}, {"n_q", n_q}, {"bytes", d.bytes}, {"sample_rate", d.rate},
-          {"wall_s", now() - t0}, {"load_s", load_seconds_}, {"compute_s", d.compute}, {"rtf", seconds / d.compute}});
-  });
+    rec["compute_s"] = d.compute, rec["rtf"] = seconds / d.compute;
+  } else {  // batched: the compute is shared with the other slots (the batch's summary has it)
+    spdlog::info("{} -> {}: {} frames, {:.2f} s at {} Hz", in, path, t.codes.frames, double(d.samples) / d.rate, d.rate);
+  }
+  emit(rec);
 }
 
 int App::roundtrip(const DecodeOptions& o) {

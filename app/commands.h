@@ -56,6 +56,14 @@ struct DecodeOptions {
   bool no_trim = false, recover = false, allow_weights_mismatch = false;
   bool stream = false;
   std::string raw_format;  // stream output: "" = WAV, s16le or f32le
+  int batch = 1;           // token files decoded at once through one batched plan (codec/batch.h)
+};
+
+struct DecodeResult {
+  int64_t samples = 0;
+  int rate = 0;
+  uint64_t bytes = 0;
+  double compute = 0;
 };
 
 struct ConvertOptions {
@@ -84,7 +92,11 @@ class App {
   void input_failed(const std::string& in, std::exception_ptr error, int& code);
   int run_each(const std::vector<std::string>& inputs, const std::string& out,
                const std::function<void(const std::string&)>& one);
-  int encode_batched(const EncodeOptions& o);  // app/encode_batch.cpp
+  int encode_batched(const EncodeOptions& o);                   // app/batch_commands.cpp
+  int decode_batched(const DecodeOptions& o, SampleFormat sf);  // app/batch_commands.cpp
+  // The log line and --json record of one decoded file (d.compute 0: decoded in a batch).
+  void report_decoded(const std::string& in, const std::string& path, const TokenFile& t, int n_q,
+                      const DecodeResult& d, double wall);
   // The token file of one encoded input (channel ch, -1 = the downmix), its log line and record.
   void write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall);
 

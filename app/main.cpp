@@ -100,6 +100,11 @@ int main(int argc, char** argv) {
   d->add_option("--n-q", dec.n_q, "Decode with the first N codebooks [default: all in the file]")->check(CLI::Range(1, 32));
   d->add_flag("--recover", dec.recover, "Decode the good prefix of a damaged or truncated .mimi file");
   d->add_flag("--allow-weights-mismatch", dec.allow_weights_mismatch, "Decode tokens made with other weights (warns)");
+  d->add_option("--batch", dec.batch,
+                "Decode N token files at once, each in its own stream slot of one batched plan (all with the same "
+                "codebooks: --n-q or the first file's); every file's audio is exactly what it gets alone")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   d->add_flag("--stream", dec.stream,
               "Real-time pipe mode: decode a .mimi or text token stream frame by frame as it arrives "
               "(WAV with an open-ended header, or raw with --raw-format; whole frames, no trimming)");

@@ -150,7 +150,7 @@ TEST_CASE("cli: directory batch, 44.1 kHz stereo input, one bad file does not st
   CHECK(wav_info(box / "m.roundtrip.wav").frames == 24000);
 }
 
-TEST_CASE("cli: encode --batch gives every file its one-by-one bytes; a bad or empty file fails alone") {
+TEST_CASE("cli: encode/decode --batch give every file its one-by-one bytes; a bad or empty file fails alone") {
   Sandbox box;
   write_wav(box / "s.wav", tone(44100 * 3 + 17, 2, 44100), 44100, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
   write_wav(box / "m.wav", tone(16000 / 5, 1, 16000), 16000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_24);
@@ -183,6 +183,26 @@ TEST_CASE("cli: encode --batch gives every file its one-by-one bytes; a bad or e
   for (const char* f : {"s.ch0.mimi", "s.ch1.mimi", "m.ch0.mimi", "l.ch0.mimi"})
     CHECK(slurp(box / "b_split" / f) == slurp(box / "one_split" / f));
   CHECK(box.sh("mimi encode --batch 2 --stream s.wav").code == 2);
+  // decode --batch: the same audio files as one by one, at the model rate and at the source rate
+  for (const char* rate : {"", " --sample-rate source"}) {
+    CAPTURE(rate);
+    REQUIRE(box.sh(std::string("mimi decode one/s.mimi one/m.mimi one/l.mimi -o dec1/ -f -q") + rate).code == 0);
+    REQUIRE(box.sh(std::string("mimi decode --batch 2 one/s.mimi one/m.mimi one/l.mimi -o dec2/ -f -q") + rate).code == 0);
+    for (const char* f : {"s.wav", "m.wav", "l.wav"}) CHECK(slurp(box / "dec2" / f) == slurp(box / "dec1" / f));
+  }
+  // one plan, one codebook count: a file with another count fails alone, unless --n-q says which
+  REQUIRE(box.sh("mimi encode m.wav --n-q 4 -o m4.mimi -q").code == 0);
+  { std::ofstream(box / "junk.mimi") << "not tokens"; }
+  Run r = box.sh("mimi decode --batch 2 one/s.mimi m4.mimi junk.mimi one/l.mimi -o dec3/");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("m4.mimi: 4 codebooks, the batch decodes 8") != std::string::npos);
+  CHECK(r.err.find("junk.mimi") != std::string::npos);
+  CHECK(fs::exists(box / "dec3/s.wav"));
+  CHECK(fs::exists(box / "dec3/l.wav"));
+  CHECK(!fs::exists(box / "dec3/m4.wav"));
+  REQUIRE(box.sh("mimi decode --batch 2 --n-q 4 one/s.mimi m4.mimi -o dec4/ -q").code == 0);
+  REQUIRE(box.sh("mimi decode --n-q 4 m4.mimi -o m4_alone.wav -q").code == 0);
+  CHECK(slurp(box / "dec4/m4.wav") == slurp(box / "m4_alone.wav"));
 }
 
 TEST_CASE("cli: damaged and truncated .mimi files are refused, and leave no output") {

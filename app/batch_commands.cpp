@@ -1,8 +1,10 @@
-// `mimi encode --batch N FILES...`: the inputs (each channel with --split-channels) stream
-// through the N slots of one batched plan (codec/batch.h), each read block by block as its slot
-// needs it, so memory stays constant however long the files are. A file's codes are bitwise those
-// of `mimi encode` on it alone; a file that fails (unreadable, empty, truncated) fails alone and
-// the others go on, as in the one-by-one path.
+// `mimi encode --batch N FILES...` and `mimi decode --batch N FILES...`: the inputs stream through
+// the N slots of one batched plan (codec/batch.h). Encode reads each audio file (each channel
+// with --split-channels) block by block as its slot needs it; decode writes each audio file as
+// its slot's chunks come out; so memory stays constant however long the files are. A file's codes
+// (samples) are bitwise those of `mimi encode` (`mimi decode`) on it alone; a file that fails
+// (unreadable, empty, truncated, other weights) fails alone and the others go on, as in the
+// one-by-one path.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "app/decode_output.h"
 #include "app/file_io.h"
 #include "app/pipeline.h"
 #include "codec/batch.h"
@@ -129,6 +132,104 @@ int App::encode_batched(const EncodeOptions& o) {
       });
   const double wall = seconds_now() - t_start;
   spdlog::info("batch of {} slots: {} inputs encoded, {:.1f} s of audio in {:.2f} s ({:.1f}x real time){}", o.batch,
+               done, audio_s, wall, wall > 0 ? audio_s / wall : 0.0,
+               failed ? ", " + std::to_string(failed) + " failed" : std::string());
+  if (failed && o.inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, o.inputs.size());
+  return code;
+}
+
+int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
+  check_targets(o.inputs, o.out);
+  Engine& eng = engine();
+  int code = kOk;
+  size_t failed = 0, done = 0;
+  double audio_s = 0;
+  auto fail = [&](const std::string& in, std::exception_ptr e) {
+    input_failed(in, e, code);  // rethrows what fails every input alike
+    ++failed;
+  };
+  // One token file in a slot: its codes and its audio file being written.
+  struct Open {
+    std::string in, path;
+    TokenFile t;
+    int n_q = 0;
+    std::unique_ptr<DecodedAudioWriter> out;
+    double t0 = 0;
+  };
+  std::map<size_t, std::unique_ptr<Open>> open;
+  size_t next_input = 0;
+  // The next input that reads and checks: one plan decodes every file with the same codebooks,
+  // --n-q or the first file's count; a file holding another count fails (pass --n-q).
+  int n_q = o.n_q;
+  auto take_next = [&]() -> std::unique_ptr<Open> {
+    while (next_input < o.inputs.size()) {
+      const std::string& in = o.inputs[next_input++];
+      try {
+        auto f = std::make_unique<Open>();
+        f->in = in;
+        f->t0 = seconds_now();
+        f->t = read_token_input(in, o.recover);
+        f->n_q = check_tokens(eng, f->t, o.n_q, -1, o.allow_weights_mismatch, in);
+        if (n_q < 1) n_q = f->n_q;
+        if (f->n_q != n_q)
+          throw Error(ErrorKind::Input, in + ": " + std::to_string(f->n_q) + " codebooks, the batch decodes " +
+                                            std::to_string(n_q) + " (the first input's); pass --n-q to decode all with one count");
+        f->path = output_path(in, o.out, ".wav");
+        f->out = std::make_unique<DecodedAudioWriter>(eng.config(), f->t, o, sf, f->path, common_.force, in, true);
+        return f;
+      } catch (...) {
+        fail(in, std::current_exception());
+      }
+    }
+    return nullptr;
+  };
+  std::unique_ptr<Open> first = take_next();  // fixes n_q before the plan is built
+  if (!first) {
+    if (failed && o.inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, o.inputs.size());
+    return code;
+  }
+  size_t next_id = 0;
+  const double t_start = seconds_now();
+  decode_batch(
+      eng, n_q, o.batch,
+      [&](CodesItem& item) {
+        std::unique_ptr<Open> f = first ? std::move(first) : take_next();
+        if (!f) return false;
+        item.id = next_id++;
+        item.codes = &f->t.codes;
+        open[item.id] = std::move(f);
+        return true;
+      },
+      [&](const CodesItem& item, const float* y, int64_t n) {
+        Open& f = *open.at(item.id);
+        if (!f.out) return;  // its writer failed: the rest of its samples go nowhere
+        try {
+          f.out->write(y, n);
+        } catch (...) {
+          f.out.reset();  // removes the temporary
+          fail(f.in, std::current_exception());
+        }
+      },
+      [&](const CodesItem& item) {
+        std::unique_ptr<Open> f = std::move(open.at(item.id));
+        open.erase(item.id);
+        if (!f->out) return;
+        try {
+          const DecodeResult d = f->out->finish();
+          report_decoded(f->in, f->path, f->t, f->n_q, d, seconds_now() - f->t0);
+          audio_s += double(d.samples) / d.rate;
+          ++done;
+        } catch (...) {
+          fail(f->in, std::current_exception());
+        }
+      },
+      [&](size_t id, std::exception_ptr e) {
+        std::unique_ptr<Open> f = std::move(open.at(id));
+        open.erase(id);
+        fail(f->in, e);
+      });
+  const double wall = seconds_now() - t_start;
+  spdlog::info("batch of {} slots: {} inputs decoded, {:.1f} s of audio in {:.2f} s ({:.1f}x real time){}", o.batch,
                done, audio_s, wall, wall > 0 ? audio_s / wall : 0.0,
                failed ? ", " + std::to_string(failed) + " failed" : std::string());
   if (failed && o.inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, o.inputs.size());
