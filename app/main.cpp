@@ -196,6 +196,11 @@ int main(int argc, char** argv) {
   de->add_option("--sync-items", ds_enc.sync_items, "Make the journal durable every N items ...")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   de->add_option("--sync-seconds", ds_enc.sync_seconds, "... or every S seconds")->capture_default_str();
+  de->add_option("--batch", ds_enc.batch,
+                 "Encode N items at once in the slots of one batched plan (for GPUs); the shard's bytes are the "
+                 "same as one at a time")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   de->add_option("--weights", common.weights, "Weights, as for encode [default: $MIMI_WEIGHTS, then the HF cache]");
   de->add_option("--config", common.config, "Model config JSON, as for encode");
   de->add_option("--device", common.device, "cpu, cuda[:i] or hip[:i]")->capture_default_str();

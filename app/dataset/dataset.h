@@ -18,6 +18,7 @@ struct EncodeShardOptions {
   bool retry_errors = false;
   int sync_items = 64;        // journal fsync batch
   double sync_seconds = 10;   // ... or this often
+  int batch = 1;              // items encoded at once in the slots of one batched plan (app/dataset/slots.h)
   bool quiet = false;
 };
 // Returns the exit code (0: the shard is done). Throws Error for a failed shard (too many errors:

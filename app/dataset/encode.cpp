@@ -15,6 +15,7 @@
 #include "app/dataset/item_files.h"
 #include "app/dataset/prefetch.h"
 #include "app/dataset/shard_writer.h"
+#include "app/dataset/slots.h"
 #include "app/file_io.h"
 #include "codec/error.h"
 #include "codec/names.h"
@@ -246,53 +247,73 @@ int encode_shard(const EncodeShardOptions& o) {
       std::vector<size_t> order;  // the items to read and encode
       for (size_t i = w.next_index(); i < items.size(); ++i)
         if (!reuse.count(items[i].key)) order.push_back(i);
-      Prefetcher pre(items, order, rate, kPrefetchSamples);
-      for (size_t i = w.next_index(); i < items.size(); ++i) {
-        const Item& it = items[i];
-        if (const auto r = reuse.find(it.key); r != reuse.end()) {
-          w.add_item(i, it.key, read_range(source, r->second.offset, r->second.size, paths.retry_tar), r->second.frames,
-                     r->second.samples);
+      // Items go to the tar and the journal in the shard's order: reused ones as they are reached,
+      // encoded ones as their results come.
+      size_t next_item = w.next_index();
+      auto add_reused_before = [&](size_t end) {
+        for (; next_item < end; ++next_item) {
+          const Item& it = items[next_item];
+          const auto r = reuse.find(it.key);
+          if (r == reuse.end()) throw Error(ErrorKind::Internal, "an item neither reused nor encoded");
+          w.add_item(next_item, it.key, read_range(source, r->second.offset, r->second.size, paths.retry_tar),
+                     r->second.frames, r->second.samples);
           prog.resumed(double(r->second.samples) / rate);
-          continue;
         }
-        std::unique_ptr<EncoderSession> session;
-        ItemAudio a;
-        std::string error_stage, error;
-        for (bool more = true; more;) {
-          Piece p = pre.pop();
-          if (p.item != i) throw Error(ErrorKind::Internal, "prefetch out of step");
-          switch (p.kind) {
-            case Piece::Start:
-              session = std::make_unique<EncoderSession>(eng, o.n_q);
-              a.source_rate = p.rate;
-              a.source_channels = p.channels;
-              break;
-            case Piece::Data:
-              if (!p.pcm.empty()) session->feed(p.pcm.data(), int64_t(p.pcm.size()));
-              break;
-            case Piece::End:
-              if (!p.message.empty()) spdlog::warn("{}: {}", it.path, p.message);
-              if (session->samples() == 0) error_stage = "read", error = it.path + ": no audio samples";
-              more = false;
-              break;
-            case Piece::Fail:
-              error_stage = p.stage, error = p.message;
-              more = false;
-              break;
-          }
-        }
-        if (!error.empty()) {
-          spdlog::warn("{}: item {} ({}): {}", name, i, it.key, error);
-          w.add_error(i, it.key, it.path, error_stage, error);
+      };
+      auto add_result = [&](size_t i, ItemResult&& r) {
+        add_reused_before(i);
+        const Item& it = items[i];
+        if (!r.warning.empty()) spdlog::warn("{}: {}", it.path, r.warning);
+        if (!r.error.empty()) {
+          spdlog::warn("{}: item {} ({}): {}", name, i, it.key, r.error);
+          w.add_error(i, it.key, it.path, r.error_stage, r.error);
           check_budget();
         } else {
-          a.samples = session->samples();
-          const Codes codes = session->finish();
-          w.add_item(i, it.key, item_members(it, a, codes, rate), codes.frames, a.samples);
-          prog.add(double(a.samples) / rate);
+          w.add_item(i, it.key, item_members(it, r.audio, r.codes, rate), r.codes.frames, r.audio.samples);
+          prog.add(double(r.audio.samples) / rate);
         }
         prog.tick(i + 1, w.errors());
+        next_item = i + 1;
+      };
+      if (o.batch > 1) {
+        encode_items_batched(eng, o.n_q, o.batch, items, order, rate, add_result);
+      } else {
+        Prefetcher pre(items, order, rate, kPrefetchSamples);
+        for (size_t i : order) {
+          const Item& it = items[i];
+          std::unique_ptr<EncoderSession> session;
+          ItemResult r;
+          for (bool more = true; more;) {
+            Piece p = pre.pop();
+            if (p.item != i) throw Error(ErrorKind::Internal, "prefetch out of step");
+            switch (p.kind) {
+              case Piece::Start:
+                session = std::make_unique<EncoderSession>(eng, o.n_q);
+                r.audio.source_rate = p.rate;
+                r.audio.source_channels = p.channels;
+                break;
+              case Piece::Data:
+                if (!p.pcm.empty()) session->feed(p.pcm.data(), int64_t(p.pcm.size()));
+                break;
+              case Piece::End:
+                r.warning = p.message;
+                if (session->samples() == 0) r.error_stage = "read", r.error = it.path + ": no audio samples";
+                more = false;
+                break;
+              case Piece::Fail:
+                r.error_stage = p.stage, r.error = p.message;
+                more = false;
+                break;
+            }
+          }
+          if (r.error.empty()) {
+            r.audio.samples = session->samples();
+            r.codes = session->finish();
+          }
+          add_result(i, std::move(r));
+        }
       }
+      add_reused_before(items.size());
     }
     const json extra = {{"shard", shard},
                         {"shards", plan.shards},

@@ -407,6 +407,25 @@ TEST_CASE("dataset cli: plan, encode every shard; codes equal `mimi encode`; err
   CHECK(r.err.find("already done") != std::string::npos);
 }
 
+TEST_CASE("dataset cli: --batch N (slots of one batched plan) writes the shards byte for byte as one at a time") {
+  Sandbox box("ds");
+  small_corpus(box);
+  REQUIRE(box.sh("mimi dataset plan m.jsonl -o plan --shards 2 -q").code == 0);
+  for (const char* batch : {"1", "3", "8"})
+    for (int s = 0; s < 2; ++s) {
+      const Run r = box.sh(std::string("mimi dataset encode --plan plan --shard ") + std::to_string(s) +
+                           "/2 -o out" + batch + " --batch " + batch + " -q");
+      REQUIRE_MESSAGE(r.code == 0, r.err);
+    }
+  for (int s = 0; s < 2; ++s)
+    for (const char* ext : {".tar", ".errors.jsonl", ".index.jsonl"}) {
+      const std::string f = "shards/" + ds::shard_name(s) + ext;
+      CAPTURE(f);
+      for (const char* batch : {"3", "8"}) CHECK(box.get(std::string("out") + batch + "/" + f) == box.get("out1/" + f));
+    }
+  CHECK(box.sh("mimi dataset verify out3").code == 0);
+}
+
 TEST_CASE("dataset cli: a second run with other settings refuses; --shard checks the plan") {
   Sandbox box("ds");
   wav(box, "a.wav", 0.5);
