@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -35,15 +36,18 @@ struct BatchInput {
   std::vector<float> block;  // samples the source gave that the slot has not taken yet
   size_t used = 0;
   int64_t samples = 0;
-  bool ended = false;
+  bool ended = false, read_failed = false;
+  std::string output;  // its token file
   double t0 = 0;
 
   int64_t read(float* dst, int64_t n) {
+    read_failed = true;  // until the source answers: its exception is the item's error as it is
     while (used == block.size() && !ended) {  // the resampler may hand out empty blocks while it fills
       block.clear();
       used = 0;
       ended = !src->next(block);
     }
+    read_failed = false;
     const int64_t k = std::min<int64_t>(n, int64_t(block.size() - used));
     std::copy_n(block.begin() + int64_t(used), k, dst);
     used += size_t(k);
@@ -52,10 +56,35 @@ struct BatchInput {
   }
 };
 
+// Outputs of one batch: two inputs that map to one output file (a/x.wav and b/x.wav into -o dir/)
+// are both in flight at once, so the later one fails instead of racing the earlier (one by one it
+// would fail at its commit without -f, or replace the earlier with -f).
+class OutputClaims {
+ public:
+  void claim(const std::string& path, const std::string& input) {
+    std::error_code ec;  // stdout, /dev/null, a FIFO: written in place, any number of times
+    if (path == "-" || (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))) return;
+    const std::string key = fs_key(path);
+    auto [it, fresh] = owner_.emplace(key, input);
+    if (!fresh)
+      throw Error(ErrorKind::Output, input + ": its output " + path + " is also the output of " + it->second +
+                                         " in this batch; not written twice");
+  }
+
+ private:
+  static std::string fs_key(const std::string& p) {
+    std::error_code ec;
+    const auto a = std::filesystem::absolute(p, ec);
+    return ec ? p : a.lexically_normal().string();
+  }
+  std::map<std::string, std::string> owner_;
+};
+
 }  // namespace
 
 int App::encode_batched(const EncodeOptions& o) {
   check_targets(o.inputs, o.out);
+  reserve_open_files(o.batch + 16);  // every slot holds its input open
   Engine& eng = engine();
   const int rate = eng.config().sample_rate;
   int code = kOk;
@@ -66,6 +95,8 @@ int App::encode_batched(const EncodeOptions& o) {
   for (const std::string& in : o.inputs) queue.emplace_back(in, o.split_channels ? -2 : -1);
   std::map<size_t, std::unique_ptr<BatchInput>> open;  // by item id
   size_t next_id = 0;
+  OutputClaims claims;
+  auto claim_output = [&](const std::string& path, const std::string& in) { claims.claim(path, in); };
   auto fail = [&](const std::string& in, std::exception_ptr e) {
     input_failed(in, e, code);  // rethrows what fails every input alike
     ++failed;
@@ -86,6 +117,7 @@ int App::encode_batched(const EncodeOptions& o) {
             auto bi = std::make_unique<BatchInput>();
             bi->path = in;
             bi->channel = ch;
+            claim_output(encoded_output(o, in, ch), in);
             bi->t0 = seconds_now();
             bi->src = std::make_unique<MonoSource>(in, rate, AudioSpan{0, -1, ch});
             BatchInput* p = bi.get();
@@ -120,14 +152,9 @@ int App::encode_batched(const EncodeOptions& o) {
       [&](size_t id, std::exception_ptr e) {
         std::unique_ptr<BatchInput> bi = std::move(open.at(id));
         open.erase(id);
-        try {  // name the file: a reader's errors do, the runner's "empty signal" does not
-          std::rethrow_exception(e);
-        } catch (const Error& err) {
-          const std::string what = bi->path == "-" ? "stdin" : bi->path;
-          if (err.kind() == ErrorKind::Input && std::string(err.what()).find(what) == std::string::npos)
-            e = std::make_exception_ptr(Error(ErrorKind::Input, what + ": no audio samples"));
-        } catch (...) {
-        }
+        // the runner's "empty signal" in the one-by-one path's words; a reader's error as it is
+        if (!bi->read_failed && bi->samples == 0)
+          e = std::make_exception_ptr(Error(ErrorKind::Input, (bi->path == "-" ? "stdin" : bi->path) + ": no audio samples"));
         fail(bi->path, e);
       });
   const double wall = seconds_now() - t_start;
@@ -140,6 +167,7 @@ int App::encode_batched(const EncodeOptions& o) {
 
 int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   check_targets(o.inputs, o.out);
+  reserve_open_files(o.batch + 16);  // every slot holds its output (a temporary) open
   Engine& eng = engine();
   int code = kOk;
   size_t failed = 0, done = 0;
@@ -158,6 +186,8 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   };
   std::map<size_t, std::unique_ptr<Open>> open;
   size_t next_input = 0;
+  OutputClaims claims;
+  auto claim_output = [&](const std::string& path, const std::string& in) { claims.claim(path, in); };
   // The next input that reads and checks: one plan decodes every file with the same codebooks,
   // --n-q or the first file's count; a file holding another count fails (pass --n-q).
   int n_q = o.n_q;
@@ -175,6 +205,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
           throw Error(ErrorKind::Input, in + ": " + std::to_string(f->n_q) + " codebooks, the batch decodes " +
                                             std::to_string(n_q) + " (the first input's); pass --n-q to decode all with one count");
         f->path = output_path(in, o.out, ".wav");
+        claim_output(f->path, in);
         f->out = std::make_unique<DecodedAudioWriter>(eng.config(), f->t, o, sf, f->path, common_.force, in, true);
         return f;
       } catch (...) {

@@ -202,6 +202,16 @@ int App::encode(const EncodeOptions& o) {
   });
 }
 
+std::string App::encoded_output(const EncodeOptions& o, const std::string& in, int ch) {
+  std::string ext = format_extension(token_format_for(o.format, o.out));
+  if (ch >= 0) ext = ".ch" + std::to_string(ch) + ext;
+  std::string path = output_path(in, o.out, ext);
+  if (ch >= 0 && !o.out.empty() && o.out != "-" && !is_directory_target(o.out))
+    path = (fs::path(o.out).parent_path() / (fs::path(o.out).stem().string() + ext)).string();
+  if (ch >= 0 && path == "-") throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
+  return path;
+}
+
 void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall) {
   Engine& eng = engine();
   const int rate = eng.config().sample_rate;
@@ -218,12 +228,7 @@ void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, c
   t.meta.weights_fingerprint = eng.model().fingerprint;
   t.meta.tool_version = MIMI_VERSION;
   const TokenFormat fmt = token_format_for(o.format, o.out);
-  std::string ext = format_extension(fmt);
-  if (ch >= 0) ext = ".ch" + std::to_string(ch) + ext;
-  std::string path = output_path(in, o.out, ext);
-  if (ch >= 0 && !o.out.empty() && o.out != "-" && !is_directory_target(o.out))
-    path = (fs::path(o.out).parent_path() / (fs::path(o.out).stem().string() + ext)).string();
-  if (ch >= 0 && path == "-") throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
+  const std::string path = encoded_output(o, in, ch);
   const std::vector<uint8_t> bytes = write_tokens(t, fmt);
   write_output(path, bytes, common_.force);
   const double seconds = double(a.samples) / rate;

@@ -97,6 +97,8 @@ class App {
   // The log line and --json record of one decoded file (d.compute 0: decoded in a batch).
   void report_decoded(const std::string& in, const std::string& path, const TokenFile& t, int n_q,
                       const DecodeResult& d, double wall);
+  // Where the token file of an input (channel ch, -1 = the downmix) goes.
+  std::string encoded_output(const EncodeOptions& o, const std::string& in, int ch);
   // The token file of one encoded input (channel ch, -1 = the downmix), its log line and record.
   void write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -284,6 +285,13 @@ std::string output_path(const std::string& input, const std::string& out, const 
   if (!out.empty()) return out;
   if (input == "-") return "-";
   return (fs::path(input).parent_path() / (stem + ext)).string();
+}
+
+void reserve_open_files(int n) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= rlim_t(n)) return;
+  r.rlim_cur = r.rlim_max == RLIM_INFINITY ? rlim_t(n) : std::min(r.rlim_max, rlim_t(n));
+  (void)setrlimit(RLIMIT_NOFILE, &r);
 }
 
 }  // namespace mimi::app

@@ -69,6 +69,10 @@ void write_all(int fd, const void* data, size_t n, const std::string& what);
 // SIGXFSZ are ignored so a closed pipe or a file-size limit is a write error (exit 5), not a kill.
 void install_signal_handlers();
 
+// Raises the soft limit on open files to at least `n` (within the hard limit) for commands that
+// hold many files open at once (--batch); never lowers it, never fails.
+void reserve_open_files(int n);
+
 // Where the output for `input` goes:
 //   out == "-"                  -> "-" (stdout)
 //   out ends with '/' or is a directory -> out/<stem><ext>

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
                 "Encode N inputs at once, each in its own stream slot of one batched plan (refilled as inputs end); "
                 "every file's codes are exactly those it gets alone")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   e->add_flag("--stream", enc.stream,
               "Real-time pipe mode: read PCM as it arrives (WAV, or raw with --raw-format) and write each "
               "frame's codes (.mimi chunk or text line) as soon as it is complete");
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
                 "Decode N token files at once, each in its own stream slot of one batched plan (all with the same "
                 "codebooks: --n-q or the first file's); every file's audio is exactly what it gets alone")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   d->add_flag("--stream", dec.stream,
               "Real-time pipe mode: decode a .mimi or text token stream frame by frame as it arrives "
               "(WAV with an open-ended header, or raw with --raw-format; whole frames, no trimming)");
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   b->add_option("--device", bench.device, "cpu, ref, cuda[:i] or hip[:i]")->capture_default_str();
   b->add_option("--batch", bench.batch, "Inputs per timed run, at once in the slots of one batched plan (times are per input); also the slots of the latency steps")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")->capture_default_str();
   b->add_option("--latency-frames", bench.latency_frames, "Frames streamed one by one for the latency line (0 = skip)")
       ->capture_default_str();
@@ -200,7 +200,7 @@ int main(int argc, char** argv) {
                  "Encode N items at once in the slots of one batched plan (for GPUs); the shard's bytes are the "
                  "same as one at a time")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   de->add_option("--weights", common.weights, "Weights, as for encode [default: $MIMI_WEIGHTS, then the HF cache]");
   de->add_option("--config", common.config, "Model config JSON, as for encode");
   de->add_option("--device", common.device, "cpu, cuda[:i] or hip[:i]")->capture_default_str();

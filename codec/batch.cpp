@@ -154,6 +154,9 @@ void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(C
     if (n_q < 1 || n_q > c->n_q)
       throw Error(ErrorKind::Usage, "cannot decode with " + std::to_string(n_q) + " codebooks: the codes hold " +
                                         std::to_string(c->n_q));
+    if (c->n_q > engine.config().n_q)
+      throw Error(ErrorKind::Input, "the codes have " + std::to_string(c->n_q) + " codebooks, the model " +
+                                        std::to_string(engine.config().n_q));
     if (c->data.size() != size_t(c->n_q) * size_t(c->frames))
       throw Error(ErrorKind::Internal, "codes size does not match n_q x frames");
     for (int k = 0; k < n_q; ++k)

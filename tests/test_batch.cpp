@@ -147,6 +147,48 @@ TEST_CASE("batch: full config on the CPU backend") {
   check_batched(su, {3 * fs + 5, 2 * fs, fs}, 32, 1, {3});  // 6 columns batched, 2 alone
 }
 
+TEST_CASE("batch: a slot that sits steps out mid-stream, and a slot reset on its own, change nothing") {
+  const auto model = reference_model("tiny-window", Dialect::Moshi);
+  const Kernels& k = kernels_for(Device{});
+  const int64_t fs = model->cfg.frame_size(), chunk = 2;
+  const int n_q = 8;
+  // a signal's codes pushed alone through a one-slot plan, chunk by chunk
+  auto alone = [&](const std::vector<float>& x) {
+    EncodePlan p(*model, k, chunk, n_q);
+    std::vector<std::vector<int32_t>> pieces;
+    for (int64_t f = 0; f * fs < int64_t(x.size()); f += chunk) {
+      p.push(x.data() + f * fs, chunk);
+      pieces.push_back(p.codes());
+    }
+    return pieces;
+  };
+  const std::vector<float> a = signal(12 * fs, 1), b = signal(12 * fs, 2), c = signal(8 * fs, 3);
+  const auto ra = alone(a), rb = alone(b), rc = alone(c);
+  EncodePlan plan(*model, k, chunk, n_q, 2);
+  // slot 0: a, then (reset) c; slot 1: b, sitting out every third step
+  size_t ia = 0, ib = 0, ic = 0;
+  for (int step = 0; ia + ic < ra.size() + rc.size() || ib < rb.size(); ++step) {
+    const bool b_turn = step % 3 != 2 && ib < rb.size();
+    const bool on_c = ia == ra.size();
+    if (on_c && ic == 0) plan.reset(0);
+    const bool s0 = on_c ? ic < rc.size() : true;
+    const float* pcm[2] = {on_c ? c.data() + int64_t(ic) * chunk * fs : a.data() + int64_t(ia) * chunk * fs,
+                           b.data() + int64_t(ib) * chunk * fs};
+    const int64_t frames[2] = {s0 ? chunk : 0, b_turn ? chunk : 0};
+    plan.step(pcm, frames);
+    const int64_t F = frames[0] + frames[1];
+    auto slot_codes = [&](int s) {
+      std::vector<int32_t> out;
+      for (int q = 0; q < n_q; ++q)
+        for (int64_t f = 0; f < frames[s]; ++f) out.push_back(plan.codes()[size_t(q * F + plan.slot_offset(s) + f)]);
+      return out;
+    };
+    CAPTURE(step);
+    if (s0) CHECK(slot_codes(0) == (on_c ? rc[ic++] : ra[ia++]));
+    if (b_turn) CHECK(slot_codes(1) == rb[ib++]);
+  }
+}
+
 TEST_CASE("batch: a slot count or chunk the runner cannot use is a usage error") {
   const Setup su{reference_model("tiny", Dialect::Moshi), Device{}, nullptr};
   EngineOptions o;

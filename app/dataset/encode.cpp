@@ -276,6 +276,7 @@ int encode_shard(const EncodeShardOptions& o) {
         next_item = i + 1;
       };
       if (o.batch > 1) {
+        reserve_open_files(o.batch + 16);  // every slot holds its item's file open
         encode_items_batched(eng, o.n_q, o.batch, items, order, rate, add_result);
       } else {
         Prefetcher pre(items, order, rate, kPrefetchSamples);

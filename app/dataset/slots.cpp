@@ -106,6 +106,7 @@ void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Ite
             // the runner's "empty signal": the worker's words for it
             r.error_stage = "read";
             r.error = items[s->index].path + ": no audio samples";
+            r.warning = s->src->shortfall();
           }
         }
         finished(id, std::move(r));
