@@ -105,7 +105,12 @@ for t in "${targets[@]}"; do
   corpus=$OUT/corpus/$t findings=$OUT/findings/$t
   mkdir -p $corpus $findings
   cp -n tests/fuzz/seeds/$t/* $corpus/ 2>/dev/null || true
-  before=$(ls $findings | wc -l)
+  # libFuzzer's slow-unit-* files are inputs that took > 10 s of wall time: on a loaded machine
+  # (a niced fuzzer beside builds) that is the scheduler, not a hang (-timeout catches hangs), so
+  # they are reported but not counted as findings
+  findings_now() { ls $findings | grep -vc '^slow-unit-' || true; }
+  before=$(findings_now)
+  slow_before=$(ls $findings | grep -c '^slow-unit-' || true)
   args=(-max_len=${MAXLEN[$t]} -rss_limit_mb=2048 -timeout=$unit_timeout -print_final_stats=1 -artifact_prefix=$findings/)
   [ -n "$runs" ] && args+=(-runs=$runs)
   { [ -z "$runs" ] || [ $secs_given = 1 ]; } && args+=(-max_total_time=$secs)
@@ -128,13 +133,14 @@ for t in "${targets[@]}"; do
   cov=$(grep -oP 'cov: \K[0-9]+' <<<"$last" || echo "?")
   ft=$(grep -oP 'ft: \K[0-9]+' <<<"$last" || echo "?")
   corp=$(ls $corpus | wc -l)
-  new=$(( $(ls $findings | wc -l) - before ))
+  new=$(( $(findings_now) - before ))
+  slow=$(( $(ls $findings | grep -c '^slow-unit-' || true) - slow_before ))
   found=""
   if [ $rc != 0 ] || [ $new -gt 0 ]; then
     status=1
     found="$new new in $findings: $(grep -m1 -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error|FINDING|terminate called' "$log" | cut -c1-150)"
   fi
-  line=$(printf '%-22s execs %-9s exec/s %-6s cov %-5s ft %-6s corpus %-5s findings %s' fuzz_$t "$execs" "$eps" "$cov" "$ft" "$corp" "${found:-none}")
+  line=$(printf '%-22s execs %-9s exec/s %-6s cov %-5s ft %-6s corpus %-5s findings %s%s' fuzz_$t "$execs" "$eps" "$cov" "$ft" "$corp" "${found:-none}" "$( [ "$slow" -gt 0 ] && echo " ($slow slow units, not counted: $findings/slow-unit-*)")")
   echo "$line" >&2
   summary+=("$line")
   # Inside scripts/test.sh: one test per target in the whole run's counts (scripts/lib-suite.sh).
