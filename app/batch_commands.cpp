@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "app/progress.h"
 #include "app/decode_output.h"
 #include "app/file_io.h"
 #include "app/pipeline.h"
@@ -23,10 +24,6 @@
 namespace mimi::app {
 
 namespace {
-
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // One input (or one channel of it) being read into a slot.
 struct BatchInput {
@@ -80,6 +77,33 @@ class OutputClaims {
   std::map<std::string, std::string> owner_;
 };
 
+// Removes and returns the item `id` of a batch's open items.
+template <class T>
+std::unique_ptr<T> take(std::map<size_t, std::unique_ptr<T>>& open, size_t id) {
+  auto node = open.extract(id);
+  if (node.empty()) throw Error(ErrorKind::Internal, "batch: item " + std::to_string(id) + " is not open");
+  return std::move(node.mapped());
+}
+
+// What a batch did: the exit code of its first failure, counts, and its closing lines.
+struct BatchTally {
+  int code = kOk;
+  size_t done = 0, failed = 0;
+  double audio_s = 0, t_start = 0;
+
+  void report_failures(size_t inputs) const {
+    if (failed && inputs > 1) spdlog::error("{} of {} inputs failed", failed, inputs);
+  }
+  int finish(const char* verb, int slots, size_t inputs) const {
+    const double wall = monotonic_seconds() - t_start;
+    spdlog::info("batch of {} slots: {} inputs {}, {:.1f} s of audio in {:.2f} s ({:.1f}x real time){}", slots, done,
+                 verb, audio_s, wall, wall > 0 ? audio_s / wall : 0.0,
+                 failed ? ", " + std::to_string(failed) + " failed" : std::string());
+    report_failures(inputs);
+    return code;
+  }
+};
+
 }  // namespace
 
 int App::encode_batched(const EncodeOptions& o) {
@@ -87,9 +111,7 @@ int App::encode_batched(const EncodeOptions& o) {
   reserve_open_files(o.batch + 16);  // every slot holds its input open
   Engine& eng = engine();
   const int rate = eng.config().sample_rate;
-  int code = kOk;
-  size_t failed = 0, done = 0;
-  double audio_s = 0;
+  BatchTally tally;
   // The queue: inputs in order; a --split-channels input becomes its channels when it is reached.
   std::deque<std::pair<std::string, int>> queue;
   for (const std::string& in : o.inputs) queue.emplace_back(in, o.split_channels ? -2 : -1);
@@ -98,10 +120,10 @@ int App::encode_batched(const EncodeOptions& o) {
   OutputClaims claims;
   auto claim_output = [&](const std::string& path, const std::string& in) { claims.claim(path, in); };
   auto fail = [&](const std::string& in, std::exception_ptr e) {
-    input_failed(in, e, code);  // rethrows what fails every input alike
-    ++failed;
+    input_failed(in, e, tally.code);  // rethrows what fails every input alike
+    ++tally.failed;
   };
-  const double t_start = seconds_now();
+  tally.t_start = monotonic_seconds();
   encode_batch(
       eng, o.n_q, o.batch,
       [&](PcmItem& item) {
@@ -118,7 +140,7 @@ int App::encode_batched(const EncodeOptions& o) {
             bi->path = in;
             bi->channel = ch;
             claim_output(encoded_output(o, in, ch), in);
-            bi->t0 = seconds_now();
+            bi->t0 = monotonic_seconds();
             bi->src = std::make_unique<MonoSource>(in, rate, AudioSpan{0, -1, ch});
             BatchInput* p = bi.get();
             item.id = next_id++;
@@ -132,8 +154,7 @@ int App::encode_batched(const EncodeOptions& o) {
         return false;
       },
       [&](const PcmItem& item, Codes&& codes) {
-        std::unique_ptr<BatchInput> bi = std::move(open.at(item.id));
-        open.erase(item.id);
+        std::unique_ptr<BatchInput> bi = take(open, item.id);
         try {
           const std::string what = bi->path == "-" ? "stdin" : bi->path;
           if (const std::string s = bi->src->shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
@@ -142,39 +163,31 @@ int App::encode_batched(const EncodeOptions& o) {
           a.samples = bi->samples;
           a.source_rate = bi->src->source_rate();
           a.source_channels = bi->src->source_channels();
-          write_encoded(o, bi->path, bi->channel, a, seconds_now() - bi->t0);
-          audio_s += double(a.samples) / rate;
-          ++done;
+          write_encoded(o, bi->path, bi->channel, a, monotonic_seconds() - bi->t0);
+          tally.audio_s += double(a.samples) / rate;
+          ++tally.done;
         } catch (...) {
           fail(bi->path, std::current_exception());
         }
       },
       [&](size_t id, std::exception_ptr e) {
-        std::unique_ptr<BatchInput> bi = std::move(open.at(id));
-        open.erase(id);
+        std::unique_ptr<BatchInput> bi = take(open, id);
         // the runner's "empty signal" in the one-by-one path's words; a reader's error as it is
         if (!bi->read_failed && bi->samples == 0)
           e = std::make_exception_ptr(Error(ErrorKind::Input, (bi->path == "-" ? "stdin" : bi->path) + ": no audio samples"));
         fail(bi->path, e);
       });
-  const double wall = seconds_now() - t_start;
-  spdlog::info("batch of {} slots: {} inputs encoded, {:.1f} s of audio in {:.2f} s ({:.1f}x real time){}", o.batch,
-               done, audio_s, wall, wall > 0 ? audio_s / wall : 0.0,
-               failed ? ", " + std::to_string(failed) + " failed" : std::string());
-  if (failed && o.inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, o.inputs.size());
-  return code;
+  return tally.finish("encoded", o.batch, o.inputs.size());
 }
 
 int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   check_targets(o.inputs, o.out);
   reserve_open_files(o.batch + 16);  // every slot holds its output (a temporary) open
   Engine& eng = engine();
-  int code = kOk;
-  size_t failed = 0, done = 0;
-  double audio_s = 0;
+  BatchTally tally;
   auto fail = [&](const std::string& in, std::exception_ptr e) {
-    input_failed(in, e, code);  // rethrows what fails every input alike
-    ++failed;
+    input_failed(in, e, tally.code);  // rethrows what fails every input alike
+    ++tally.failed;
   };
   // One token file in a slot: its codes and its audio file being written.
   struct Open {
@@ -197,7 +210,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
       try {
         auto f = std::make_unique<Open>();
         f->in = in;
-        f->t0 = seconds_now();
+        f->t0 = monotonic_seconds();
         f->t = read_token_input(in, o.recover);
         f->n_q = check_tokens(eng, f->t, o.n_q, -1, o.allow_weights_mismatch, in);
         if (n_q < 1) n_q = f->n_q;
@@ -216,11 +229,11 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   };
   std::unique_ptr<Open> first = take_next();  // fixes n_q before the plan is built
   if (!first) {
-    if (failed && o.inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, o.inputs.size());
-    return code;
+    tally.report_failures(o.inputs.size());
+    return tally.code;
   }
   size_t next_id = 0;
-  const double t_start = seconds_now();
+  tally.t_start = monotonic_seconds();
   decode_batch(
       eng, n_q, o.batch,
       [&](CodesItem& item) {
@@ -242,29 +255,22 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
         }
       },
       [&](const CodesItem& item) {
-        std::unique_ptr<Open> f = std::move(open.at(item.id));
-        open.erase(item.id);
+        std::unique_ptr<Open> f = take(open, item.id);
         if (!f->out) return;
         try {
           const DecodeResult d = f->out->finish();
-          report_decoded(f->in, f->path, f->t, f->n_q, d, seconds_now() - f->t0);
-          audio_s += double(d.samples) / d.rate;
-          ++done;
+          report_decoded(f->in, f->path, f->t, f->n_q, d, monotonic_seconds() - f->t0);
+          tally.audio_s += double(d.samples) / d.rate;
+          ++tally.done;
         } catch (...) {
           fail(f->in, std::current_exception());
         }
       },
       [&](size_t id, std::exception_ptr e) {
-        std::unique_ptr<Open> f = std::move(open.at(id));
-        open.erase(id);
+        std::unique_ptr<Open> f = take(open, id);
         fail(f->in, e);
       });
-  const double wall = seconds_now() - t_start;
-  spdlog::info("batch of {} slots: {} inputs decoded, {:.1f} s of audio in {:.2f} s ({:.1f}x real time){}", o.batch,
-               done, audio_s, wall, wall > 0 ? audio_s / wall : 0.0,
-               failed ? ", " + std::to_string(failed) + " failed" : std::string());
-  if (failed && o.inputs.size() > 1) spdlog::error("{} of {} inputs failed", failed, o.inputs.size());
-  return code;
+  return tally.finish("decoded", o.batch, o.inputs.size());
 }
 
 }  // namespace mimi::app

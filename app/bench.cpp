@@ -1,7 +1,5 @@
 #include "app/bench.h"
 
-#include "codec/batch.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/pipeline.h"
+#include "app/progress.h"
 #include "codec/error.h"
 #include "app/weights_locate.h"
 #include "codec/batch.h"
@@ -20,8 +19,6 @@
 
 namespace mimi::app {
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Speech-like test signal: gliding harmonics with a syllable envelope, plus a little noise.
 std::vector<float> test_signal(int64_t n, int rate) {
@@ -105,7 +102,7 @@ int run_bench(const BenchOptions& o) {
         Profile p;
         // the engine's own chunked path, with the profile attached to the plans it uses
         engine.set_profile(o.stages ? &p : nullptr);
-        const double t0 = now();
+        const double t0 = monotonic_seconds();
         if (batch == 1) {  // outputs land in host memory, so the device is done
           if (enc) codes = engine.encode(pcm.data(), n, o.n_q);
           else engine.decode(codes);
@@ -138,7 +135,7 @@ int run_bench(const BenchOptions& o) {
                 [](const CodesItem&, const float*, int64_t) {}, [](const CodesItem&) {});
           }
         }
-        const double dt = (now() - t0) / batch;  // per input: the table's rows are per input
+        const double dt = (monotonic_seconds() - t0) / batch;  // per input: the table's rows are per input
         engine.set_profile(nullptr);
         if (i > 0) {
           r.times.push_back(dt);
@@ -168,9 +165,9 @@ int run_bench(const BenchOptions& o) {
     std::vector<int32_t> codes;  // [frames][n_q] of slot 0
     for (int64_t f = 0; f < nf; ++f) {
       std::fill(frame.begin(), frame.end(), pcm.data() + f * fs);
-      const double t0 = now();
+      const double t0 = monotonic_seconds();
       ep.step(frame.data(), ones.data());
-      lat.enc.push_back(now() - t0);
+      lat.enc.push_back(monotonic_seconds() - t0);
       for (int k = 0; k < o.n_q; ++k) codes.push_back(ep.codes()[size_t(k * batch)]);
     }
     DecodePlan& dp = engine.decode_plan(1, o.n_q, batch);
@@ -178,10 +175,10 @@ int run_bench(const BenchOptions& o) {
     std::vector<const int32_t*> step_codes(static_cast<size_t>(batch));
     for (int64_t f = 0; f < nf; ++f) {
       std::fill(step_codes.begin(), step_codes.end(), codes.data() + f * o.n_q);
-      const double t0 = now();
+      const double t0 = monotonic_seconds();
       dp.step(step_codes.data(), ones.data());
       dp.output();  // on a GPU: the samples back in host memory, so the step is done
-      lat.dec.push_back(now() - t0);
+      lat.dec.push_back(monotonic_seconds() - t0);
     }
   }
 

@@ -28,10 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 SampleFormat parse_sample_format(const std::string& s) {
   if (s == "s16") return SampleFormat::S16;
   if (s == "s24") return SampleFormat::S24;
@@ -191,13 +187,13 @@ int App::encode(const EncodeOptions& o) {
     throw Error(ErrorKind::Usage, "--split-channels needs file inputs, not stdin");
   if (o.batch > 1) return encode_batched(o);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     int channels = 1;
     if (o.split_channels) channels = AudioReader(in).channels();  // a file: reopened per channel
     for (int ch = o.split_channels ? 0 : -1; ch < (o.split_channels ? channels : 0); ++ch) {  // -1: the downmix
       Engine& eng = engine();
       const EncodedAudio a = encode_audio(eng, in, o.n_q, ch, common_.quiet);
-      write_encoded(o, in, ch, a, now() - t0);
+      write_encoded(o, in, ch, a, monotonic_seconds() - t0);
     }
   });
 }
@@ -275,13 +271,13 @@ int App::decode(const DecodeOptions& o) {
   }
   if (o.batch > 1) return decode_batched(o, sf);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     const TokenFile t = read_token_input(in, o.recover);
     Engine& eng = engine();
     const int n_q = check_tokens(eng, t, o.n_q, -1, o.allow_weights_mismatch, in);
     const std::string path = output_path(in, o.out, ".wav");
     const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in, common_.quiet);
-    report_decoded(in, path, t, n_q, d, now() - t0);
+    report_decoded(in, path, t, n_q, d, monotonic_seconds() - t0);
   });
 }
 
@@ -305,7 +301,7 @@ void App::report_decoded(const std::string& in, const std::string& path, const T
 int App::roundtrip(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
-    const double t0 = now();
+    const double t0 = monotonic_seconds();
     Engine& eng = engine();
     const int rate = eng.config().sample_rate;
     const int n_q = o.n_q > 0 ? o.n_q : std::min(8, eng.config().n_q);
@@ -322,7 +318,7 @@ int App::roundtrip(const DecodeOptions& o) {
     spdlog::info("{} -> {}: {:.2f} s, {} codebooks, encode {:.1f}x / decode {:.1f}x real time", in, path, seconds, n_q,
                  seconds / enc, seconds / d.compute);
     emit({{"input", in}, {"output", path}, {"status", "ok"}, {"seconds", seconds}, {"frames", t.codes.frames},
-          {"n_q", n_q}, {"bytes", d.bytes}, {"wall_s", now() - t0}, {"load_s", load_seconds_},
+          {"n_q", n_q}, {"bytes", d.bytes}, {"wall_s", monotonic_seconds() - t0}, {"load_s", load_seconds_},
           {"compute_s", enc + d.compute}, {"encode_s", enc}, {"decode_s", d.compute}, {"rtf", seconds / (enc + d.compute)}});
   });
 }

@@ -1,5 +1,6 @@
 // Token files -> audio files (app/decode_output.h).
 #include "app/decode_output.h"
+#include "app/progress.h"
 
 #include <spdlog/spdlog.h>
 
@@ -14,17 +15,6 @@
 #include "codec/error.h"
 
 namespace mimi::app {
-
-namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-// The output rate, needed before the writer member is built.
-int rate_for(const Config& c, const TokenFile& t, const DecodeOptions& o, const std::string& what) {
-  return output_rate(c, t, o.sample_rate, what);
-}
-
-}  // namespace
 
 // Refuses, from its first bytes, an input that cannot be a token file of the format its name (or
 // failing that, its content) says: /dev/zero or a WAV given to decode fails at once.
@@ -106,7 +96,7 @@ int output_rate(const Config& c, const TokenFile& t, const std::string& flag, co
 
 DecodedAudioWriter::DecodedAudioWriter(const Config& c, const TokenFile& t, const DecodeOptions& o, SampleFormat sf,
                                        const std::string& path, bool force, const std::string& what, bool quiet)
-    : r_{0, rate_for(c, t, o, what), 0, 0},
+    : r_{0, output_rate(c, t, o.sample_rate, what), 0, 0},
       // the exact length is known when no resampling happens
       w_(path, r_.rate, sf, force,
          r_.rate == c.sample_rate ? (!o.no_trim && t.meta.original_samples
@@ -142,13 +132,13 @@ DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const Deco
                             const std::string& path, bool force, const std::string& what, bool quiet) {
   DecodedAudioWriter out(eng.config(), t, o, sf, path, force, what, quiet);
   double busy = 0;  // in the writer, not the engine
-  const double t0 = now();
+  const double t0 = monotonic_seconds();
   eng.decode_chunks(t.codes, n_q, [&](const float* y, int64_t n) {
-    const double w0 = now();
+    const double w0 = monotonic_seconds();
     out.write(y, n);
-    busy += now() - w0;
+    busy += monotonic_seconds() - w0;
   });
-  const double compute = now() - t0 - busy;
+  const double compute = monotonic_seconds() - t0 - busy;
   DecodeResult r = out.finish();
   r.compute = compute;
   return r;

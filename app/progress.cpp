@@ -7,8 +7,12 @@
 #include <cstdio>
 
 namespace mimi::app {
+
+double monotonic_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 constexpr double kMinSeconds = 30;  // shorter inputs finish before a bar helps
 }  // namespace
 
@@ -19,7 +23,7 @@ Progress::~Progress() { finish(); }
 
 void Progress::update(int64_t done) {
   if (!active_) return;
-  const double t = now();
+  const double t = monotonic_seconds();
   if (t - last_ < 0.1 && done < total_) return;
   last_ = t;
   const double f = std::min(1.0, double(done) / double(total_));

@@ -7,6 +7,9 @@
 
 namespace mimi::app {
 
+// Seconds on the monotonic clock (for durations).
+double monotonic_seconds();
+
 class Progress {
  public:
   // total: the amount of work in any unit (0 = unknown: no bar); seconds: audio length

@@ -150,16 +150,9 @@ void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(C
   std::vector<int64_t> frames(static_cast<size_t>(slots));
   // Checked when a slot takes the item, so that bad codes fail only their item.
   auto check = [&](const Codes* c) {
-    if (!c || c->frames < 1) throw Error(ErrorKind::Input, "no frames to decode");
-    if (n_q < 1 || n_q > c->n_q)
-      throw Error(ErrorKind::Usage, "cannot decode with " + std::to_string(n_q) + " codebooks: the codes hold " +
-                                        std::to_string(c->n_q));
-    if (c->n_q > engine.config().n_q)
-      throw Error(ErrorKind::Input, "the codes have " + std::to_string(c->n_q) + " codebooks, the model " +
-                                        std::to_string(engine.config().n_q));
-    if (c->data.size() != size_t(c->n_q) * size_t(c->frames))
-      throw Error(ErrorKind::Internal, "codes size does not match n_q x frames");
-    for (int k = 0; k < n_q; ++k)
+    if (!c) throw Error(ErrorKind::Input, "no frames to decode");
+    engine.check_codes(*c, n_q);
+    for (int k = 0; k < n_q; ++k)  // all values now, so that bad codes fail their item alone
       for (int64_t f = 0; f < c->frames; ++f) {
         const int32_t v = c->data[size_t(k * c->frames + f)];
         if (v < 0 || v >= bins)

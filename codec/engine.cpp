@@ -106,8 +106,7 @@ Codes EncoderSession::finish() {
   return out;
 }
 
-std::vector<float> Engine::decode(const Codes& codes, int n_q) {
-  if (n_q < 0) n_q = codes.n_q;
+void Engine::check_codes(const Codes& codes, int n_q) const {
   if (codes.frames < 1) throw Error(ErrorKind::Input, "no frames to decode");
   if (n_q < 1 || n_q > codes.n_q)
     throw Error(ErrorKind::Usage, "cannot decode with " + std::to_string(n_q) + " codebooks: the codes hold " +
@@ -117,6 +116,11 @@ std::vector<float> Engine::decode(const Codes& codes, int n_q) {
                                       std::to_string(config().n_q));
   if (codes.data.size() != size_t(codes.n_q) * size_t(codes.frames))
     throw Error(ErrorKind::Internal, "codes size does not match n_q x frames");
+}
+
+std::vector<float> Engine::decode(const Codes& codes, int n_q) {
+  if (n_q < 0) n_q = codes.n_q;
+  check_codes(codes, n_q);
   std::vector<float> out;
   out.reserve(size_t(codes.frames * config().frame_size()));
   decode_chunks(codes, n_q, [&](const float* y, int64_t n) { out.insert(out.end(), y, y + n); });

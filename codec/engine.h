@@ -70,6 +70,11 @@ class Engine {
   // Returns frames * frame_size samples (no trimming).
   std::vector<float> decode(const Codes& codes, int n_q = -1);
 
+  // Throws unless the first n_q codebooks of `codes` can be decoded by this model: frames >= 1
+  // (Error(Input)), 1 <= n_q <= codes.n_q (Usage), codes.n_q <= the model's (Input), data of
+  // n_q x frames (Internal). The values' range is checked as they are decoded.
+  void check_codes(const Codes& codes, int n_q) const;
+
   // Decodes in chunks, handing each chunk's samples to `sink` as soon as it is done (constant
   // memory for any length).
   void decode_chunks(const Codes& codes, int n_q, const std::function<void(const float*, int64_t)>& sink);

@@ -215,6 +215,13 @@ TEST_CASE("batch: a failing item fails alone; the others finish as if alone") {
   std::vector<int64_t> pos(4, 0);
   std::map<size_t, Codes> got;
   std::map<size_t, std::string> why;
+  const ItemFailed record_failure = [&](size_t id, std::exception_ptr e) {  // its message, by item
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      why[id] = err.what();
+    }
+  };
   encode_batch(
       engine, 8, 2,
       [&](PcmItem& it) {
@@ -232,13 +239,7 @@ TEST_CASE("batch: a failing item fails alone; the others finish as if alone") {
         return true;
       },
       [&](const PcmItem& it, Codes&& c) { got[it.id] = std::move(c); },
-      [&](size_t id, std::exception_ptr e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const Error& err) {
-          why[id] = err.what();
-        }
-      });
+      record_failure);
   CHECK(got.size() == 2);
   CHECK(got[0].data == alone_a.data);
   CHECK(got[3].data == alone_b.data);
@@ -262,13 +263,7 @@ TEST_CASE("batch: a failing item fails alone; the others finish as if alone") {
       },
       [&](const CodesItem& it, const float* y, int64_t n) { out[it.id].insert(out[it.id].end(), y, y + n); },
       [](const CodesItem&) {},
-      [&](size_t id, std::exception_ptr e) {
-        try {
-          std::rethrow_exception(e);
-        } catch (const Error& err) {
-          why[id] = err.what();
-        }
-      });
+      record_failure);
   CHECK(out.size() == 2);
   CHECK(out[0] == engine.decode(alone_a, 8));
   CHECK(out[2] == engine.decode(alone_b, 8));

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "app/dataset/dataset.h"
+#include "app/progress.h"
 #include "app/dataset/item_files.h"
 #include "app/dataset/prefetch.h"
 #include "app/dataset/shard_writer.h"
@@ -26,7 +27,6 @@ using nlohmann::json;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -132,7 +132,7 @@ class Progress {
   void resumed(double audio) { before_ += audio; }
   void add(double audio) { run_ += audio; }
   void tick(size_t done, size_t errors) {
-    const double t = now();
+    const double t = monotonic_seconds();
     if (quiet_ || t - last_ < 10) return;
     last_ = t;
     const double audio = before_ + run_;
@@ -142,12 +142,12 @@ class Progress {
   }
   double audio() const { return before_ + run_; }
   double run_audio() const { return run_; }
-  double wall() const { return now() - t0_; }
+  double wall() const { return monotonic_seconds() - t0_; }
 
  private:
   int shard_;
   size_t items_;
-  double planned_, before_ = 0, run_ = 0, t0_ = now(), last_ = now();
+  double planned_, before_ = 0, run_ = 0, t0_ = monotonic_seconds(), last_ = monotonic_seconds();
   bool quiet_;
 };
 

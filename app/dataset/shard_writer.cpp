@@ -16,6 +16,7 @@
 #include "codec/sha256.h"
 #include "app/dataset/tar.h"
 #include "app/file_io.h"
+#include "app/progress.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {
@@ -23,8 +24,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 [[noreturn]] void fail(const std::string& what, const char* op) {
   throw Error(ErrorKind::Output, what + ": " + op + " failed: " + std::strerror(errno));
@@ -126,7 +125,7 @@ std::vector<json> read_json_lines(const std::string& path) {
 }
 
 ShardWriter::ShardWriter(const ShardPaths& paths, const json& header, int sync_items, double sync_seconds)
-    : p_(paths), sync_items_(std::max(1, sync_items)), sync_seconds_(sync_seconds), last_sync_(now()) {
+    : p_(paths), sync_items_(std::max(1, sync_items)), sync_seconds_(sync_seconds), last_sync_(monotonic_seconds()) {
   std::error_code ec;
   fs::create_directories(fs::path(p_.tar).parent_path(), ec);
   lock_fd_ = ::open(p_.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -296,7 +295,7 @@ void ShardWriter::rewind(size_t index) {
 }
 
 void ShardWriter::maybe_sync() {
-  if (++unsynced_ >= size_t(sync_items_) || now() - last_sync_ >= sync_seconds_) sync();
+  if (++unsynced_ >= size_t(sync_items_) || monotonic_seconds() - last_sync_ >= sync_seconds_) sync();
 }
 
 void ShardWriter::sync() {
@@ -305,7 +304,7 @@ void ShardWriter::sync() {
   if (::fdatasync(tar_fd_) != 0) fail(p_.partial, "fsync");
   journal_line(json());
   unsynced_ = 0;
-  last_sync_ = now();
+  last_sync_ = monotonic_seconds();
 }
 
 void ShardWriter::journal_line(const json& j) {
