@@ -72,13 +72,22 @@ void deinterleave(const Conv1dShape& s, const float* x, const float* ctx, int64_
     const float* xr = x + ci * Tin;
     const float* cr = ctx ? ctx + ci * P : nullptr;
     float* pc = ph + ci * S * V;
-    for (int64_t v = 0; v < V; ++v)
-      for (int64_t r = 0; r < S; ++r) {
-        // before -P or past the end: positions of phases that no tap reads there
-        const int64_t pos = base + v * S + r;
-        pc[r * V + v] = pos < -P ? 0.0f : pos < 0 ? left_of(s, xr, cr, pos) : pos < Tin ? xr[pos] : 0.0f;
-      }
-    if (s.elu_input) elu_serial(S * V, pc, pc);
+    // steps v whose S positions all lie in [0, Tin): plain strided reads, no per-element tests
+    const int64_t v_lo = std::clamp<int64_t>(floor_div(-base + S - 1, S), 0, V);
+    const int64_t v_hi = std::clamp<int64_t>(floor_div(Tin - S - base, S) + 1, v_lo, V);
+    const auto edge = [&](int64_t v, int64_t r) {
+      // before -P or past the end: positions of phases that no tap reads there
+      const int64_t pos = base + v * S + r;
+      pc[r * V + v] = pos < -P ? 0.0f : pos < 0 ? left_of(s, xr, cr, pos) : pos < Tin ? xr[pos] : 0.0f;
+    };
+    for (int64_t r = 0; r < S; ++r) {
+      for (int64_t v = 0; v < v_lo; ++v) edge(v, r);
+      const float* src = xr + base + r;
+      float* dst = pc + r * V;
+      for (int64_t v = v_lo; v < v_hi; ++v) dst[v] = src[v * S];
+      for (int64_t v = v_hi; v < V; ++v) edge(v, r);
+      if (s.elu_input) elu_serial(V, dst, dst);  // while the row is in L1
+    }
     for (int64_t k = 0; k < K; ++k) {
       const int64_t q = floor_div(k - P, S), r = k - P - q * S;
       rows[ci * K + k] = pc + r * V + (q - qmin);
