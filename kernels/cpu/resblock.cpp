@@ -14,28 +14,37 @@
 
 namespace mimi::cpu {
 namespace {
-constexpr int64_t kTile = 256;
+// Columns per tile: long row segments (the tile reads C rows of x, T apart, whose short streams
+// the hardware prefetcher picks up late) while the tile's window and hidden activations, about
+// 1.5*C*n floats, stay within a 512 KB L2; and at least 4 tiles per thread where T allows.
+int64_t tile_columns(int64_t C, int64_t T) {
+  int64_t n = 1024;
+  while (n > 128 && C * n > 65536) n /= 2;
+  const int64_t per_thread = (T / (4 * num_threads()) + 15) / 16 * 16;
+  return std::max<int64_t>(128, std::min(n, per_thread));
 }
+}  // namespace
 
 void resblock(const ResBlockShape& s, const float* w1, const float* b1, const float* w2, const float* b2,
               const float* context, float* x) {
   const int64_t C = s.channels, H = s.hidden, K = s.kernel, d = s.dilation, T = s.length, P = s.context();
   if (T <= 0) return;
-  const int64_t tiles = (T + kTile - 1) / kTile;
+  const int64_t tile = tile_columns(C, T);
+  const int64_t tiles = (T + tile - 1) / tile;
   thread_local std::vector<float> snap;  // [tiles, C, P]: raw x left of each tile
   if (snap.size() < size_t(tiles * C * P)) snap.resize(size_t(tiles * C * P));
   float* sn = snap.data();  // (thread_local: name it here, workers have their own)
   for (int64_t i = 0; i < tiles; ++i)
     for (int64_t c = 0; c < C; ++c)
       for (int64_t j = 0; j < P; ++j) {
-        const int64_t idx = i * kTile - P + j;
+        const int64_t idx = i * tile - P + j;
         sn[(i * C + c) * P + j] = idx >= 0 ? x[c * T + idx] : (context ? context[c * P + P + idx] : 0.0f);
       }
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> win, h;
     thread_local std::vector<const float*> rows;  // im2col row (c, k) = window row c from k*d
     for (int64_t i = b; i < e; ++i) {
-      const int64_t t0 = i * kTile, n = std::min(kTile, T - t0), L = P + n;
+      const int64_t t0 = i * tile, n = std::min(tile, T - t0), L = P + n;
       win.resize(size_t(C * L));
       rows.resize(size_t(C * K));
       h.resize(size_t(H * n));
