@@ -39,29 +39,39 @@ void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, i
       const int64_t nk = j_hi - j_lo;
       st.resize(size_t(nk * nq));
       gemm_serial_ta(nk, nq, hd, k + h * hd * Tk + j_lo, Tk, q + h * hd * Tq + i0, Tq, st.data(), nq, false);
+      // Softmax down each column (query), rows = keys. Key j is seen by the queries i with
+      // 0 <= first + i - kpos < context: one contiguous range per row, so each pass below is a
+      // plain loop over i.
       std::fill(mx.begin(), mx.end(), -INFINITY);
       for (int64_t j = 0; j < nk; ++j) {
         float* row = st.data() + j * nq;
         const int64_t kpos = k_start + j_lo + j;
-        for (int64_t i = 0; i < nq; ++i) {
-          const int64_t dist = first + i - kpos;
-          row[i] = dist >= 0 && dist < context ? row[i] * scale : -INFINITY;
-          mx[size_t(i)] = std::max(mx[size_t(i)], row[i]);
-        }
+        const int64_t lo = std::clamp<int64_t>(kpos - first, 0, nq), hi = std::clamp<int64_t>(kpos - first + context, lo, nq);
+        std::fill(row, row + lo, -INFINITY);
+        for (int64_t i = lo; i < hi; ++i) row[i] *= scale;
+        std::fill(row + hi, row + nq, -INFINITY);
+        float* m = mx.data();
+        for (int64_t i = lo; i < hi; ++i) m[i] = m[i] < row[i] ? row[i] : m[i];
       }
       for (int64_t i = 0; i < nq; ++i)
         if (mx[size_t(i)] == -INFINITY) mx[size_t(i)] = 0.0f;  // sees no key: all weights 0
       std::fill(sum.begin(), sum.end(), 0.0f);
-      for (int64_t j = 0; j < nk; ++j) {
+      float* sm = sum.data();
+      const float* m = mx.data();
+      for (int64_t j = 0; j < nk; ++j) {  // exp(-inf) = 0 outside the row's range: not computed
         float* row = st.data() + j * nq;
-        for (int64_t i = 0; i < nq; ++i) row[i] -= mx[size_t(i)];
-        exp_serial(nq, row, row);
-        for (int64_t i = 0; i < nq; ++i) sum[size_t(i)] += row[i];
+        const int64_t kpos = k_start + j_lo + j;
+        const int64_t lo = std::clamp<int64_t>(kpos - first, 0, nq), hi = std::clamp<int64_t>(kpos - first + context, lo, nq);
+        std::fill(row, row + lo, 0.0f);
+        for (int64_t i = lo; i < hi; ++i) row[i] -= m[i];
+        exp_serial(hi - lo, row + lo, row + lo);
+        std::fill(row + hi, row + nq, 0.0f);
+        for (int64_t i = lo; i < hi; ++i) sm[i] += row[i];
       }
-      for (int64_t i = 0; i < nq; ++i) sum[size_t(i)] = sum[size_t(i)] > 0.0f ? 1.0f / sum[size_t(i)] : 0.0f;
+      for (int64_t i = 0; i < nq; ++i) sm[i] = sm[i] > 0.0f ? 1.0f / sm[i] : 0.0f;
       for (int64_t j = 0; j < nk; ++j) {
         float* row = st.data() + j * nq;
-        for (int64_t i = 0; i < nq; ++i) row[i] *= sum[size_t(i)];
+        for (int64_t i = 0; i < nq; ++i) row[i] *= sm[i];
       }
       gemm_serial(hd, nq, nk, v + h * hd * Tk + j_lo, Tk, st.data(), nq, o, Tq, false);
     }
