@@ -4,3 +4,4 @@
 #define MIMI_MVEC(f) _ZGVdN8v_##f
 #define MIMI_MR 6
 #include "kernels/cpu/gemm_isa.inc"
+#include "kernels/cpu/elementwise_isa.inc"

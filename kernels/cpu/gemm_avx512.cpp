@@ -4,3 +4,4 @@
 #define MIMI_MVEC(f) _ZGVeN16v_##f
 #define MIMI_MR 8
 #include "kernels/cpu/gemm_isa.inc"
+#include "kernels/cpu/elementwise_isa.inc"
