@@ -7,6 +7,7 @@
 // Scores never exceed (context + kBlock) x kBlock floats per thread.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -42,11 +43,15 @@ void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, i
       // Softmax down each column (query), rows = keys. Key j is seen by the queries i with
       // 0 <= first + i - kpos < context: one contiguous range per row, so each pass below is a
       // plain loop over i.
+      const auto seen_by = [&](int64_t j) {  // [lo, hi): the queries that see key j of the window
+        const int64_t kpos = k_start + j_lo + j;
+        const int64_t lo = std::clamp<int64_t>(kpos - first, 0, nq);
+        return std::pair<int64_t, int64_t>{lo, std::clamp<int64_t>(kpos - first + context, lo, nq)};
+      };
       std::fill(mx.begin(), mx.end(), -INFINITY);
       for (int64_t j = 0; j < nk; ++j) {
         float* row = st.data() + j * nq;
-        const int64_t kpos = k_start + j_lo + j;
-        const int64_t lo = std::clamp<int64_t>(kpos - first, 0, nq), hi = std::clamp<int64_t>(kpos - first + context, lo, nq);
+        const auto [lo, hi] = seen_by(j);
         std::fill(row, row + lo, -INFINITY);
         for (int64_t i = lo; i < hi; ++i) row[i] *= scale;
         std::fill(row + hi, row + nq, -INFINITY);
@@ -60,8 +65,7 @@ void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, i
       const float* m = mx.data();
       for (int64_t j = 0; j < nk; ++j) {  // exp(-inf) = 0 outside the row's range: not computed
         float* row = st.data() + j * nq;
-        const int64_t kpos = k_start + j_lo + j;
-        const int64_t lo = std::clamp<int64_t>(kpos - first, 0, nq), hi = std::clamp<int64_t>(kpos - first + context, lo, nq);
+        const auto [lo, hi] = seen_by(j);
         std::fill(row, row + lo, 0.0f);
         for (int64_t i = lo; i < hi; ++i) row[i] -= m[i];
         exp_serial(hi - lo, row + lo, row + lo);
