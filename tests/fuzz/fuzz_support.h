@@ -11,7 +11,7 @@
 
 namespace mimi::fuzz {
 
-// The `tiny` test model (tests/data/tiny), one thread, loaded on first use.
+// The `tiny` test model (tests/data/tiny), one thread, chunks of 8 frames, loaded on first use.
 Engine& tiny_engine();
 
 // What `mimi decode FILE` (and `--sample-rate source`) does with tokens a reader accepted, minus
@@ -21,7 +21,7 @@ Engine& tiny_engine();
 bool decode_like_cli(const app::TokenFile& t);
 
 // Decodes only when the codes are small enough to keep the fuzzer fast.
-constexpr int64_t kMaxDecodeCodes = 4096;
+constexpr int64_t kMaxDecodeCodes = 4096, kMaxDecodeFrames = 64;
 
 // Checks what every reader promises about what it returns (shape, codes in range).
 void check_token_file(const app::TokenFile& t);
