@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <array>
 #include <cstdio>
@@ -68,14 +69,52 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
 
 TEST_CASE("gpu gemm") {
   Rng r(1);
-  for (auto [M, N, K] : {std::array<int64_t, 3>{1, 1, 1}, {7, 33, 5}, {64, 250, 512}, {97, 257, 129}}) {
-    auto A = random_vec(size_t(M * K), r), B = random_vec(size_t(K * N), r), C = random_vec(size_t(M * N), r);
-    for (bool acc : {false, true}) {
-      auto ref_c = C;
-      ref::gemm(M, N, K, A.data(), K, B.data(), N, ref_c.data(), N, acc);
-      Dev a(A), b(B), c(C);
-      gpu::gemm(M, N, K, a.p, K, b.p, N, c.p, N, acc);
-      expect_close(c.host(), ref_c, 1e-5);
+  // M or N < 32 take the one-output-per-thread kernel, the rest the register-tiled one: whole
+  // 64 x 64 tiles, ragged edges, K below, at and across the 16-wide step, a streaming step's N
+  struct Case { int64_t M, N, K; };
+  for (const Case& c : {Case{1, 1, 1}, Case{7, 33, 5}, Case{300, 2, 64}, Case{31, 200, 40}, Case{64, 250, 512},
+                        Case{97, 257, 129}, Case{64, 64, 16}, Case{128, 192, 48}, Case{65, 65, 17}, Case{33, 1000, 3},
+                        Case{200, 40, 1}, Case{32, 32, 0}}) {
+    const auto [M, N, K] = c;
+    // dense, and with padded row strides that are not multiples of 4 (the scalar-load variant)
+    for (const int64_t pad : {int64_t(0), int64_t(3)}) {
+      const int64_t lda = K + pad, ldb = N + pad, ldc = N + pad;
+      auto A = random_vec(size_t(M * lda), r), B = random_vec(size_t(std::max<int64_t>(K, 1) * ldb), r);
+      auto C = random_vec(size_t(M * ldc), r);
+      for (bool acc : {false, true}) {
+        INFO("M " << M << " N " << N << " K " << K << " pad " << pad << " accumulate " << acc);
+        auto ref_c = C;
+        ref::gemm(M, N, K, A.data(), lda, B.data(), ldb, ref_c.data(), ldc, acc);
+        Dev a(A), b(B), dc(C);
+        gpu::gemm(M, N, K, a.p, lda, b.p, ldb, dc.p, ldc, acc);
+        expect_close(dc.host(), ref_c, 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("gpu gemm: a column's value does not depend on N or on the kernel") {
+  // The batched plans put several streams' columns side by side in one GEMM; each stream's
+  // columns must come out bitwise as in a GEMM of its own (issue 14: batched == single).
+  Rng r(11);
+  const int64_t M = 150, K = 300, N = 100;
+  auto A = random_vec(size_t(M * K), r), B = random_vec(size_t(K * N), r);
+  Dev a(A), b(B), wide(size_t(M * N));
+  gpu::gemm(M, N, K, a.p, K, b.p, N, wide.p, N, false);  // tiled kernel
+  const auto all = wide.host();
+  for (const int64_t n : {int64_t(1), int64_t(2), int64_t(31), int64_t(40)}) {  // small and tiled kernels
+    for (const int64_t first : {int64_t(0), N - n}) {
+      std::vector<float> Bn(size_t(K * n));
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < n; ++j) Bn[size_t(k * n + j)] = B[size_t(k * N + first + j)];
+      Dev bn(Bn), narrow(size_t(M * n));
+      gpu::gemm(M, n, K, a.p, K, bn.p, n, narrow.p, n, false);
+      const auto got = narrow.host();
+      int64_t differ = 0;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < n; ++j) differ += got[size_t(i * n + j)] != all[size_t(i * N + first + j)];
+      INFO("n " << n << " first column " << first);
+      CHECK(differ == 0);
     }
   }
 }
