@@ -128,7 +128,12 @@ TEST_CASE("gpu conv1d and conv_transpose1d") {
                         // more than one block of outputs per channel (kThreads = 256), odd tails
                         Case{2, 3, 3, 1, 1, 1, 300, PadMode::Replicate}, Case{2, 3, 4, 2, 3, 1, 517, PadMode::Zero},
                         // input shorter than the kernel span
-                        Case{2, 2, 7, 3, 1, 1, 2, PadMode::Replicate}}) {
+                        Case{2, 2, 7, 3, 1, 1, 2, PadMode::Replicate},
+                        // Cout and T_out >= 32: the implicit GEMM (tiled), whole and ragged tiles,
+                        // Cin*K not a multiple of 4 (scalar loads of w), dilation, stride
+                        Case{4, 64, 7, 1, 1, 1, 64, PadMode::Zero}, Case{3, 40, 7, 1, 1, 1, 70, PadMode::Replicate},
+                        Case{33, 64, 3, 1, 3, 1, 100, PadMode::Replicate}, Case{8, 32, 8, 4, 1, 1, 200, PadMode::Zero},
+                        Case{16, 70, 1, 1, 1, 1, 129, PadMode::Zero}}) {
     Conv1dShape s{c.cin, c.cout, c.k, c.stride, c.dil, c.groups, c.T, c.pad};
     auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cout * (c.cin / c.groups) * c.k), r);
     auto b = random_vec(size_t(c.cout), r), ctx = random_vec(size_t(c.cin * s.pad_left()) + 1, r);

@@ -1,41 +1,77 @@
-// GPU causal conv1d: one thread per output (co, t), the left context/padding read in place.
+// GPU causal conv1d, y[co, t] = bias[co] + sum_(ci,k) w[co, ci, k] * x'[ci, t*stride + k*dilation - P],
+// where x' is x, the streaming context or the padding left of it, ELU'd when the shape asks.
+//   groups == 1, Cout and T_out >= 32: implicit GEMM. A = w [Cout, Cin*K] as stored, B[(ci,k), t]
+//               = x'[ci, ...] read from the signal in place by the tiled GEMM's loader
+//               (kernels/gpu/gemm_tile.h): no im2col buffer.
+//   otherwise : one thread per output (grouped convs, one output channel, a streaming step's few
+//               outputs).
+// Both sum over (ci, k) in order with one fmaf per term from 0, then add the bias, then y (the
+// GEMM's summation contract): a chunk's outputs do not depend on which kernel computed them.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
+// after vendor.h
+#include "kernels/gpu/gemm_tile.h"
 
 namespace mimi::gpu {
 namespace {
+
+// The conv's input value of row c at position idx (idx < 0: context or padding).
+__device__ __forceinline__ float conv_input(const Conv1dShape& s, int64_t P, const float* x, const float* context,
+                                            int64_t c, int64_t idx) {
+  const float* xr = x + c * s.length_in;
+  float v;
+  if (idx >= 0) v = xr[idx];
+  else if (context) v = context[c * P + P + idx];
+  else v = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
+  if (s.elu_input && v <= 0.0f) v = expm1f(v);
+  return v;
+}
+
+// B of the implicit GEMM: row (ci, k), column t.
+struct ConvWindowB {
+  static constexpr bool vec = false;
+  Conv1dShape s;
+  int64_t P;
+  const float* x;
+  const float* context;
+  __device__ __forceinline__ float at(int64_t row, int64_t t) const {
+    const int64_t c = row / s.kernel, k = row - c * s.kernel;
+    return conv_input(s, P, x, context, c, t * s.stride + k * s.dilation - P);
+  }
+  __device__ __forceinline__ void at4(int64_t row, int64_t t, float v[4]) const {
+    for (int j = 0; j < 4; ++j) v[j] = at(row, t + j);
+  }
+};
 
 __global__ void conv1d_kernel(Conv1dShape s, int64_t T_out, int64_t P, const float* x, const float* w,
                               const float* bias, float* y, bool accumulate, const float* context) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, co = blockIdx.y;
   if (t >= T_out) return;
   const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups, g = co / cout_g;
-  float acc = bias ? bias[co] : 0.0f;
-  for (int64_t ci = 0; ci < cin_g; ++ci) {
-    const int64_t c = g * cin_g + ci;
-    const float* xr = x + c * s.length_in;
-    for (int64_t k = 0; k < s.kernel; ++k) {
-      const int64_t idx = t * s.stride + k * s.dilation - P;
-      float v;
-      if (idx >= 0) v = xr[idx];
-      else if (context) v = context[c * P + P + idx];
-      else v = s.pad == PadMode::Replicate ? xr[0] : 0.0f;
-      if (s.elu_input && v <= 0.0f) v = expm1f(v);
-      acc += w[(co * cin_g + ci) * s.kernel + k] * v;
-    }
-  }
+  float acc = 0.0f;
+  for (int64_t ci = 0; ci < cin_g; ++ci)
+    for (int64_t k = 0; k < s.kernel; ++k)
+      acc = fmaf(w[(co * cin_g + ci) * s.kernel + k],
+                 conv_input(s, P, x, context, g * cin_g + ci, t * s.stride + k * s.dilation - P), acc);
+  const float v = bias ? acc + bias[co] : acc;
   float* out = y + co * T_out + t;
-  *out = accumulate ? *out + acc : acc;
+  *out = accumulate ? *out + v : v;
 }
 
 }  // namespace
 
 void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate,
             const float* context) {
-  const int64_t T_out = s.length_out();
+  const int64_t T_out = s.length_out(), P = s.pad_left();
   if (T_out <= 0) return;
-  MIMI_LAUNCH(conv1d_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, 0, s, T_out, s.pad_left(), x,
-              w, bias, y, accumulate, s.pad_left() > 0 ? context : nullptr);
+  const float* ctx = P > 0 ? context : nullptr;
+  if (s.groups == 1 && s.out_channels >= tile::kMinSide && T_out >= tile::kMinSide) {
+    const int64_t K = s.in_channels * s.kernel;
+    tile::launch(s.out_channels, T_out, K, w, K, ConvWindowB{s, P, x, ctx}, bias, y, T_out, accumulate);
+  } else {
+    MIMI_LAUNCH(conv1d_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, 0, s, T_out, P, x, w,
+                bias, y, accumulate, ctx);
+  }
   check_launch("conv1d");
 }
 

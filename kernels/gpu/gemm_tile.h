@@ -1,0 +1,135 @@
+// The register-tiled GEMM as device code, shared by the ops that are a GEMM underneath: the GEMM
+// itself (B a matrix) and the convolution (B the input window, read in place: implicit GEMM).
+// Included by kernels/gpu/*.cu only, after kernels/gpu/vendor.h.
+//
+// C[M,N] = A[M,K] * B[K,N], then + bias[row], then + C when accumulating. A block of 256 threads
+// owns a 64 x 64 tile of C, each thread a 4 x 4 sub-tile held in registers (16 FMAs per 8
+// shared-memory reads). K advances 16 at a time through two shared-memory buffers: the next
+// step's global loads are issued before this step's FMAs and stored after them, so their latency
+// hides behind the arithmetic, with one barrier per step.
+//
+// Summation contract (what makes batched == alone hold on the GPU): every output sums k = 0..K-1
+// in order, one fmaf per term, starting from 0; then adds the bias, then C. Any other kernel that
+// computes the same op for few columns must sum the same way; its results are then bitwise equal.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace mimi::gpu::tile {
+
+constexpr int kBM = 64, kBN = 64, kBK = 16;  // block tile of C, and K per step
+constexpr int kTM = 4, kTN = 4;              // per-thread tile of C
+constexpr int kThreads = (kBM / kTM) * (kBN / kTN);
+static_assert(kThreads == 256 && kBM * kBK == 4 * kThreads && kBK * kBN == 4 * kThreads,
+              "each thread loads one group of 4 floats of A and of B per step");
+constexpr int64_t kMinSide = 32;  // M and N from which the tiled kernel pays (fewer: most threads idle)
+
+// 4 consecutive floats from global memory; p is 16-byte aligned (the caller checked)
+__device__ __forceinline__ void load4(const float* p, float v[4]) {
+#if defined(MIMI_GPU_EMULATE)
+  std::memcpy(v, p, 4 * sizeof(float));
+#else
+  const float4 q = *reinterpret_cast<const float4*>(p);
+  v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+#endif
+}
+
+inline bool aligned16(const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; }
+
+// B as a row-major matrix with row stride ld; kVec: rows 16-byte aligned (float4 loads).
+template <bool kVec>
+struct MatrixB {
+  static constexpr bool vec = kVec;
+  const float* B;
+  int64_t ld;
+  __device__ __forceinline__ float at(int64_t k, int64_t n) const { return B[k * ld + n]; }
+  __device__ __forceinline__ void at4(int64_t k, int64_t n, float v[4]) const { load4(B + k * ld + n, v); }
+};
+
+// One block's tile. BOp gives B(k, n) for k < K, n < N (at), and 4 at a time where BOp::vec (at4).
+template <bool kVecA, class BOp>
+__global__ void gemm_tile_kernel(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b,
+                                 const float* bias, float* C, int64_t ldc, bool accumulate) {
+  __shared__ float As[2][kBK][kBM];  // [buffer][k][m]: A's step transposed, so a thread's 4 rows are adjacent
+  __shared__ float Bs[2][kBK][kBN];  // [buffer][k][n]
+  const int tid = int(threadIdx.x);
+  const int64_t m0 = int64_t(blockIdx.y) * kBM, n0 = int64_t(blockIdx.x) * kBN;
+  // loading: 64 rows x 4 groups of A, 16 rows x 16 groups of B (consecutive threads, consecutive addresses)
+  const int a_row = tid / (kBK / 4), a_col = (tid % (kBK / 4)) * 4;
+  const int b_row = tid / (kBN / 4), b_col = (tid % (kBN / 4)) * 4;
+  // computing: rows m0 + ty*4 .. +3, columns n0 + tx*4 .. +3
+  const int ty = tid / (kBN / kTN), tx = tid % (kBN / kTN);
+
+  // this thread's share of step k0, zeros outside the matrices
+  float a_next[4], b_next[4];
+  auto fetch = [&](int64_t k0) {
+    const int64_t ar = m0 + a_row, ak = k0 + a_col;
+    if (kVecA && ar < M && ak + 3 < K) {
+      load4(A + ar * lda + ak, a_next);
+    } else {
+      for (int i = 0; i < 4; ++i) a_next[i] = ar < M && ak + i < K ? A[ar * lda + ak + i] : 0.0f;
+    }
+    const int64_t bk = k0 + b_row, bn = n0 + b_col;
+    if (BOp::vec && bk < K && bn + 3 < N) {
+      b.at4(bk, bn, b_next);
+    } else {
+      for (int j = 0; j < 4; ++j) b_next[j] = bk < K && bn + j < N ? b.at(bk, bn + j) : 0.0f;
+    }
+  };
+  auto stash = [&](int buf) {
+    for (int i = 0; i < 4; ++i) As[buf][a_col + i][a_row] = a_next[i], Bs[buf][b_row][b_col + i] = b_next[i];
+  };
+
+  float acc[kTM][kTN];
+  for (int i = 0; i < kTM; ++i)
+    for (int j = 0; j < kTN; ++j) acc[i][j] = 0.0f;
+  const int64_t steps = (K + kBK - 1) / kBK;
+  if (steps > 0) fetch(0), stash(0);
+  __syncthreads();
+  for (int64_t s = 0; s < steps; ++s) {
+    const int cur = int(s & 1);
+    const int64_t k0 = s * kBK;
+    if (s + 1 < steps) fetch(k0 + kBK);  // in flight during the FMAs below
+    const int kn = K - k0 < kBK ? int(K - k0) : kBK;  // no padding terms: exactly K terms per output
+    for (int k = 0; k < kn; ++k) {
+      float a[kTM], bv[kTN];
+      for (int i = 0; i < kTM; ++i) a[i] = As[cur][k][ty * kTM + i];
+      for (int j = 0; j < kTN; ++j) bv[j] = Bs[cur][k][tx * kTN + j];
+      for (int i = 0; i < kTM; ++i)
+        for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
+    }
+    // The other buffer was last read in step s - 1, which every thread finished before the
+    // barrier that ended it: writing it now races with no reader.
+    if (s + 1 < steps) stash(1 - cur);
+    __syncthreads();
+  }
+  for (int i = 0; i < kTM; ++i) {
+    const int64_t row = m0 + ty * kTM + i;
+    if (row >= M) break;
+    const float add = bias ? bias[row] : 0.0f;
+    for (int j = 0; j < kTN; ++j) {
+      const int64_t col = n0 + tx * kTN + j;
+      if (col >= N) break;
+      float* c = C + row * ldc + col;
+      const float v = bias ? acc[i][j] + add : acc[i][j];
+      *c = accumulate ? *c + v : v;
+    }
+  }
+}
+
+// Launches the tiled kernel for an M x N output (M, N >= 1); A's float4 loads where its rows allow.
+template <class BOp>
+void launch(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b, const float* bias, float* C,
+            int64_t ldc, bool accumulate) {
+  // through function pointers: a template-id with a comma cannot pass through the launch macro
+  const auto tiled_a4 = &gemm_tile_kernel<true, BOp>;
+  const auto tiled_a1 = &gemm_tile_kernel<false, BOp>;
+  const dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((M + kBM - 1) / kBM));
+  if (aligned16(A, lda))
+    MIMI_LAUNCH(tiled_a4, grid, kThreads, 0, 0, M, N, K, A, lda, b, bias, C, ldc, accumulate);
+  else
+    MIMI_LAUNCH(tiled_a1, grid, kThreads, 0, 0, M, N, K, A, lda, b, bias, C, ldc, accumulate);
+}
+
+}  // namespace mimi::gpu::tile
