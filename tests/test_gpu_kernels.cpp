@@ -150,7 +150,11 @@ TEST_CASE("gpu conv1d and conv_transpose1d") {
   struct TCase { int64_t cin, cout, k, stride, groups, T; bool trimmed; };
   for (const TCase& c : {TCase{1, 1, 1, 1, 1, 1, true}, TCase{4, 2, 16, 8, 1, 7, true}, TCase{6, 6, 4, 2, 6, 9, true},
                          TCase{5, 3, 12, 6, 1, 11, false}, TCase{3, 2, 5, 2, 1, 150, true},
-                         TCase{2, 4, 3, 1, 2, 259, false}}) {
+                         TCase{2, 4, 3, 1, 2, 259, false},
+                         // stride x Cout and T_out / stride >= 32: the stacked-phase GEMM (tiled);
+                         // K = 2S as in Mimi, untrimmed, taps past K (K 5, S 2), stride 1
+                         TCase{8, 16, 16, 8, 1, 40, true}, TCase{5, 12, 12, 6, 1, 33, false},
+                         TCase{3, 40, 5, 2, 1, 70, true}, TCase{7, 33, 3, 1, 1, 100, true}}) {
     ConvTranspose1dShape s{c.cin, c.cout, c.k, c.stride, c.groups, c.T};
     s.trimmed = c.trimmed;
     auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cin * (c.cout / c.groups) * c.k), r);
@@ -160,6 +164,50 @@ TEST_CASE("gpu conv1d and conv_transpose1d") {
     Dev dx(x), dw(w), db(b), dy(y.size());
     gpu::conv_transpose1d(s, dx.p, dw.p, db.p, dy.p);
     expect_close(dy.host(), y, 1e-5);
+  }
+}
+
+TEST_CASE("gpu conv1d and conv_transpose1d: a prefix's outputs do not depend on the kernel") {
+  // A streaming step's few outputs take the one-thread-per-output kernels, an offline chunk's
+  // the tiled ones; both sum the same terms in the same order, so the outputs of a prefix of the
+  // input are bitwise those of the whole input (streaming == offline needs no tolerance here).
+  Rng r(12);
+  {
+    Conv1dShape s{16, 48, 3, 1, 2, 1, 120, PadMode::Replicate};
+    s.elu_input = true;
+    auto x = random_vec(size_t(s.in_channels * s.length_in), r), w = random_vec(size_t(48 * 16 * 3), r);
+    auto b = random_vec(48, r);
+    Dev dx(x), dw(w), db(b), whole(size_t(48 * s.length_out()));
+    gpu::conv1d(s, dx.p, dw.p, db.p, whole.p, false, nullptr);  // 120 outputs: tiled
+    Conv1dShape p = s;
+    p.length_in = 6;
+    std::vector<float> xp(size_t(16 * 6));
+    for (int64_t c = 0; c < 16; ++c) std::copy_n(x.begin() + c * 120, 6, xp.begin() + c * 6);
+    Dev dxp(xp), part(size_t(48 * p.length_out()));
+    gpu::conv1d(p, dxp.p, dw.p, db.p, part.p, false, nullptr);  // 6 outputs: one thread each
+    const auto a = whole.host(), q = part.host();
+    int64_t differ = 0;
+    for (int64_t co = 0; co < 48; ++co)
+      for (int64_t t = 0; t < p.length_out(); ++t) differ += q[size_t(co * p.length_out() + t)] != a[size_t(co * 120 + t)];
+    CHECK(differ == 0);
+  }
+  {
+    ConvTranspose1dShape s{12, 8, 8, 4, 1, 50};
+    auto x = random_vec(size_t(12 * 50), r), w = random_vec(size_t(12 * 8 * 8), r), b = random_vec(8, r);
+    Dev dx(x), dw(w), db(b), whole(size_t(8 * s.length_out()));
+    gpu::conv_transpose1d(s, dx.p, dw.p, db.p, whole.p);  // 32 x 50 stacked phases: tiled
+    ConvTranspose1dShape p = s;
+    p.length_in = 3;
+    std::vector<float> xp(size_t(12 * 3));
+    for (int64_t c = 0; c < 12; ++c) std::copy_n(x.begin() + c * 50, 3, xp.begin() + c * 3);
+    Dev dxp(xp), part(size_t(8 * p.length_out()));
+    gpu::conv_transpose1d(p, dxp.p, dw.p, db.p, part.p);  // 12 outputs per channel: one thread each
+    const auto a = whole.host(), q = part.host();
+    int64_t differ = 0;
+    for (int64_t co = 0; co < 8; ++co)
+      for (int64_t o = 0; o < p.length_out(); ++o)
+        differ += q[size_t(co * p.length_out() + o)] != a[size_t(co * s.length_out() + o)];
+    CHECK(differ == 0);
   }
 }
 

@@ -67,7 +67,9 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   const float* ctx = P > 0 ? context : nullptr;
   if (s.groups == 1 && s.out_channels >= tile::kMinSide && T_out >= tile::kMinSide) {
     const int64_t K = s.in_channels * s.kernel;
-    tile::launch(s.out_channels, T_out, K, w, K, ConvWindowB{s, P, x, ctx}, bias, y, T_out, accumulate);
+    const tile::MatrixC out{y, T_out, bias, accumulate};
+    if (tile::aligned16(w, K)) tile::launch(s.out_channels, T_out, K, tile::Matrix<true>{w, K}, ConvWindowB{s, P, x, ctx}, out);
+    else tile::launch(s.out_channels, T_out, K, tile::Matrix<false>{w, K}, ConvWindowB{s, P, x, ctx}, out);
   } else {
     MIMI_LAUNCH(conv1d_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, 0, s, T_out, P, x, w,
                 bias, y, accumulate, ctx);

@@ -44,10 +44,12 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const fl
           int64_t ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
   if (M >= tile::kMinSide && N >= tile::kMinSide) {
-    if (tile::aligned16(B, ldb))
-      tile::launch(M, N, K, A, lda, tile::MatrixB<true>{B, ldb}, nullptr, C, ldc, accumulate);
-    else
-      tile::launch(M, N, K, A, lda, tile::MatrixB<false>{B, ldb}, nullptr, C, ldc, accumulate);
+    const tile::MatrixC c{C, ldc, nullptr, accumulate};
+    const bool vec_a = tile::aligned16(A, lda), vec_b = tile::aligned16(B, ldb);
+    if (vec_a && vec_b) tile::launch(M, N, K, tile::Matrix<true>{A, lda}, tile::Matrix<true>{B, ldb}, c);
+    else if (vec_a) tile::launch(M, N, K, tile::Matrix<true>{A, lda}, tile::Matrix<false>{B, ldb}, c);
+    else if (vec_b) tile::launch(M, N, K, tile::Matrix<false>{A, lda}, tile::Matrix<true>{B, ldb}, c);
+    else tile::launch(M, N, K, tile::Matrix<false>{A, lda}, tile::Matrix<false>{B, ldb}, c);
   } else {
     const dim3 block(kTile, kTile), grid(unsigned((N + kTile - 1) / kTile), unsigned((M + kTile - 1) / kTile));
     MIMI_LAUNCH(gemm_small_kernel, grid, block, 0, 0, M, N, K, A, lda, B, ldb, C, ldc, accumulate);

@@ -1,8 +1,10 @@
 // The register-tiled GEMM as device code, shared by the ops that are a GEMM underneath: the GEMM
-// itself (B a matrix) and the convolution (B the input window, read in place: implicit GEMM).
-// Included by kernels/gpu/*.cu only, after kernels/gpu/vendor.h.
+// itself, the convolution (B the input window read in place: implicit GEMM) and the transposed
+// convolution (all phases stacked as rows). The operands are loaders (at(row, col), and at4 for
+// 4 consecutive columns where `vec`) and the result goes through a store(row, col, sum), so each
+// op maps its tensors without copying them. Included by kernels/gpu/*.cu only, after vendor.h.
 //
-// C[M,N] = A[M,K] * B[K,N], then + bias[row], then + C when accumulating. A block of 256 threads
+// C[M,N] = A[M,K] * B[K,N], handed to the store (MatrixC: + bias[row], then + C when accumulating). A block of 256 threads
 // owns a 64 x 64 tile of C, each thread a 4 x 4 sub-tile held in registers (16 FMAs per 8
 // shared-memory reads). K advances 16 at a time through two shared-memory buffers: the next
 // step's global loads are issued before this step's FMAs and stored after them, so their latency
@@ -37,20 +39,32 @@ __device__ __forceinline__ void load4(const float* p, float v[4]) {
 
 inline bool aligned16(const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; }
 
-// B as a row-major matrix with row stride ld; kVec: rows 16-byte aligned (float4 loads).
+// A row-major matrix operand with row stride ld; kVec: rows 16-byte aligned (float4 loads).
 template <bool kVec>
-struct MatrixB {
+struct Matrix {
   static constexpr bool vec = kVec;
-  const float* B;
+  const float* p;
   int64_t ld;
-  __device__ __forceinline__ float at(int64_t k, int64_t n) const { return B[k * ld + n]; }
-  __device__ __forceinline__ void at4(int64_t k, int64_t n, float v[4]) const { load4(B + k * ld + n, v); }
+  __device__ __forceinline__ float at(int64_t r, int64_t c) const { return p[r * ld + c]; }
+  __device__ __forceinline__ void at4(int64_t r, int64_t c, float v[4]) const { load4(p + r * ld + c, v); }
 };
 
-// One block's tile. BOp gives B(k, n) for k < K, n < N (at), and 4 at a time where BOp::vec (at4).
-template <bool kVecA, class BOp>
-__global__ void gemm_tile_kernel(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b,
-                                 const float* bias, float* C, int64_t ldc, bool accumulate) {
+// The plain result: C[row, col] = sum (+ bias[row]) (+ the old C[row, col] when accumulating).
+struct MatrixC {
+  float* p;
+  int64_t ld;
+  const float* bias;  // [M] or nullptr
+  bool accumulate;
+  __device__ __forceinline__ void store(int64_t row, int64_t col, float sum) const {
+    float* c = p + row * ld + col;
+    const float v = bias ? sum + bias[row] : sum;
+    *c = accumulate ? *c + v : v;
+  }
+};
+
+// One block's tile. The loaders are asked only inside [M, K] and [K, N]; the store only inside [M, N].
+template <class AOp, class BOp, class COp>
+__global__ void gemm_tile_kernel(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
   __shared__ float As[2][kBK][kBM];  // [buffer][k][m]: A's step transposed, so a thread's 4 rows are adjacent
   __shared__ float Bs[2][kBK][kBN];  // [buffer][k][n]
   const int tid = int(threadIdx.x);
@@ -65,10 +79,10 @@ __global__ void gemm_tile_kernel(int64_t M, int64_t N, int64_t K, const float* A
   float a_next[4], b_next[4];
   auto fetch = [&](int64_t k0) {
     const int64_t ar = m0 + a_row, ak = k0 + a_col;
-    if (kVecA && ar < M && ak + 3 < K) {
-      load4(A + ar * lda + ak, a_next);
+    if (AOp::vec && ar < M && ak + 3 < K) {
+      a.at4(ar, ak, a_next);
     } else {
-      for (int i = 0; i < 4; ++i) a_next[i] = ar < M && ak + i < K ? A[ar * lda + ak + i] : 0.0f;
+      for (int i = 0; i < 4; ++i) a_next[i] = ar < M && ak + i < K ? a.at(ar, ak + i) : 0.0f;
     }
     const int64_t bk = k0 + b_row, bn = n0 + b_col;
     if (BOp::vec && bk < K && bn + 3 < N) {
@@ -107,29 +121,21 @@ __global__ void gemm_tile_kernel(int64_t M, int64_t N, int64_t K, const float* A
   for (int i = 0; i < kTM; ++i) {
     const int64_t row = m0 + ty * kTM + i;
     if (row >= M) break;
-    const float add = bias ? bias[row] : 0.0f;
     for (int j = 0; j < kTN; ++j) {
       const int64_t col = n0 + tx * kTN + j;
       if (col >= N) break;
-      float* c = C + row * ldc + col;
-      const float v = bias ? acc[i][j] + add : acc[i][j];
-      *c = accumulate ? *c + v : v;
+      c.store(row, col, acc[i][j]);
     }
   }
 }
 
-// Launches the tiled kernel for an M x N output (M, N >= 1); A's float4 loads where its rows allow.
-template <class BOp>
-void launch(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b, const float* bias, float* C,
-            int64_t ldc, bool accumulate) {
-  // through function pointers: a template-id with a comma cannot pass through the launch macro
-  const auto tiled_a4 = &gemm_tile_kernel<true, BOp>;
-  const auto tiled_a1 = &gemm_tile_kernel<false, BOp>;
+// Launches the tiled kernel for an M x N result (M, N >= 1).
+template <class AOp, class BOp, class COp>
+void launch(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
+  // through a function pointer: a template-id with commas cannot pass through the launch macro
+  const auto gemm_tile = &gemm_tile_kernel<AOp, BOp, COp>;
   const dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((M + kBM - 1) / kBM));
-  if (aligned16(A, lda))
-    MIMI_LAUNCH(tiled_a4, grid, kThreads, 0, 0, M, N, K, A, lda, b, bias, C, ldc, accumulate);
-  else
-    MIMI_LAUNCH(tiled_a1, grid, kThreads, 0, 0, M, N, K, A, lda, b, bias, C, ldc, accumulate);
+  MIMI_LAUNCH(gemm_tile, grid, kThreads, 0, 0, M, N, K, a, b, c);
 }
 
 }  // namespace mimi::gpu::tile
