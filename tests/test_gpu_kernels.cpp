@@ -211,6 +211,31 @@ TEST_CASE("gpu conv1d and conv_transpose1d: a prefix's outputs do not depend on 
   }
 }
 
+TEST_CASE("gpu attention: a query's output does not depend on the call") {
+  // Offline: 300 queries against all 300 keys. Streaming: the last 2 queries against the
+  // window the cache holds (249 keys) plus themselves. The same query must come out bitwise.
+  Rng r(13);
+  const int64_t H = 2, hd = 64, T = 300, ctx = 250, Tq = 2, k0 = T - Tq - (ctx - 1);
+  auto q = random_vec(size_t(H * hd * T), r, -2, 2), k = random_vec(size_t(H * hd * T), r, -2, 2);
+  auto v = random_vec(size_t(H * hd * T), r);
+  const float scale = 0.125f;
+  Dev dq(q), dk(k), dv(v), all(size_t(H * hd * T));
+  gpu::attention(H, T, T, hd, 0, 0, ctx, scale, dq.p, dk.p, dv.p, all.p);
+  auto cols = [&](const std::vector<float>& x, int64_t from, int64_t n) {  // columns [from, from + n) of [H*hd, T]
+    std::vector<float> y(size_t(H * hd * n));
+    for (int64_t row = 0; row < H * hd; ++row) std::copy_n(x.begin() + row * T + from, n, y.begin() + row * n);
+    return y;
+  };
+  const int64_t Tk = T - k0;
+  Dev sq(cols(q, T - Tq, Tq)), sk(cols(k, k0, Tk)), sv(cols(v, k0, Tk)), step(size_t(H * hd * Tq));
+  gpu::attention(H, Tq, Tk, hd, T - Tq, k0, ctx, scale, sq.p, sk.p, sv.p, step.p);
+  const auto a = all.host(), s = step.host();
+  int64_t differ = 0;
+  for (int64_t row = 0; row < H * hd; ++row)
+    for (int64_t i = 0; i < Tq; ++i) differ += s[size_t(row * Tq + i)] != a[size_t(row * T + T - Tq + i)];
+  CHECK(differ == 0);
+}
+
 TEST_CASE("gpu elementwise, layer norm, rope") {
   Rng r(3);
   for (int64_t n : {1, 17, 100000}) {
@@ -260,7 +285,12 @@ TEST_CASE("gpu elementwise, layer norm, rope") {
 TEST_CASE("gpu attention and rvq") {
   Rng r(4);
   for (auto [H, Tq, Tk, hd, qs, ks, ctx] : {std::array<int64_t, 7>{1, 1, 1, 2, 0, 0, 1}, {2, 17, 17, 8, 0, 0, 5},
-                                           {8, 300, 300, 64, 0, 0, 250}, {2, 10, 25, 4, 15, 0, 5}, {1, 4, 4, 2, 0, 10, 3}}) {
+                                           {8, 300, 300, 64, 0, 0, 250}, {2, 10, 25, 4, 15, 0, 5}, {1, 4, 4, 2, 0, 10, 3},
+                                           // head_dim 64 (the tiled kernel): a streaming step against the cached
+                                           // window, ragged query blocks, a window smaller than a key tile,
+                                           // queries that see no key
+                                           {8, 2, 251, 64, 1000, 751, 250}, {2, 70, 130, 64, 60, 0, 50},
+                                           {1, 33, 33, 64, 5, 3, 7}, {1, 5, 10, 64, 0, 3, 2}}) {
     auto q = random_vec(size_t(H * hd * Tq), r, -2, 2), k = random_vec(size_t(H * hd * Tk), r, -2, 2);
     auto v = random_vec(size_t(H * hd * Tk), r);
     std::vector<float> o(q.size());
