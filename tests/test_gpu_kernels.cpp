@@ -65,6 +65,22 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
   CHECK(worst <= rel * mx + abs);
 }
 
+// Columns [from, from + n) of a row-major [rows, T] matrix.
+std::vector<float> columns(const std::vector<float>& x, int64_t rows, int64_t T, int64_t from, int64_t n) {
+  std::vector<float> y(size_t(rows * n));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * T + from, n, y.begin() + r * n);
+  return y;
+}
+
+// How many entries of part [rows, n] are not bitwise equal to columns [from, from + n) of whole [rows, T].
+int64_t count_differ(const std::vector<float>& part, const std::vector<float>& whole, int64_t rows, int64_t T,
+                     int64_t from, int64_t n) {
+  int64_t differ = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) differ += part[size_t(r * n + j)] != whole[size_t(r * T + from + j)];
+  return differ;
+}
+
 }  // namespace
 
 TEST_CASE("gpu gemm") {
@@ -104,17 +120,10 @@ TEST_CASE("gpu gemm: a column's value does not depend on N or on the kernel") {
   const auto all = wide.host();
   for (const int64_t n : {int64_t(1), int64_t(2), int64_t(31), int64_t(40)}) {  // small and tiled kernels
     for (const int64_t first : {int64_t(0), N - n}) {
-      std::vector<float> Bn(size_t(K * n));
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < n; ++j) Bn[size_t(k * n + j)] = B[size_t(k * N + first + j)];
-      Dev bn(Bn), narrow(size_t(M * n));
+      Dev bn(columns(B, K, N, first, n)), narrow(size_t(M * n));
       gpu::gemm(M, n, K, a.p, K, bn.p, n, narrow.p, n, false);
-      const auto got = narrow.host();
-      int64_t differ = 0;
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < n; ++j) differ += got[size_t(i * n + j)] != all[size_t(i * N + first + j)];
       INFO("n " << n << " first column " << first);
-      CHECK(differ == 0);
+      CHECK(count_differ(narrow.host(), all, M, N, first, n) == 0);
     }
   }
 }
@@ -181,15 +190,9 @@ TEST_CASE("gpu conv1d and conv_transpose1d: a prefix's outputs do not depend on 
     gpu::conv1d(s, dx.p, dw.p, db.p, whole.p, false, nullptr);  // 120 outputs: tiled
     Conv1dShape p = s;
     p.length_in = 6;
-    std::vector<float> xp(size_t(16 * 6));
-    for (int64_t c = 0; c < 16; ++c) std::copy_n(x.begin() + c * 120, 6, xp.begin() + c * 6);
-    Dev dxp(xp), part(size_t(48 * p.length_out()));
+    Dev dxp(columns(x, 16, 120, 0, 6)), part(size_t(48 * p.length_out()));
     gpu::conv1d(p, dxp.p, dw.p, db.p, part.p, false, nullptr);  // 6 outputs: one thread each
-    const auto a = whole.host(), q = part.host();
-    int64_t differ = 0;
-    for (int64_t co = 0; co < 48; ++co)
-      for (int64_t t = 0; t < p.length_out(); ++t) differ += q[size_t(co * p.length_out() + t)] != a[size_t(co * 120 + t)];
-    CHECK(differ == 0);
+    CHECK(count_differ(part.host(), whole.host(), 48, s.length_out(), 0, p.length_out()) == 0);
   }
   {
     ConvTranspose1dShape s{12, 8, 8, 4, 1, 50};
@@ -198,16 +201,9 @@ TEST_CASE("gpu conv1d and conv_transpose1d: a prefix's outputs do not depend on 
     gpu::conv_transpose1d(s, dx.p, dw.p, db.p, whole.p);  // 32 x 50 stacked phases: tiled
     ConvTranspose1dShape p = s;
     p.length_in = 3;
-    std::vector<float> xp(size_t(12 * 3));
-    for (int64_t c = 0; c < 12; ++c) std::copy_n(x.begin() + c * 50, 3, xp.begin() + c * 3);
-    Dev dxp(xp), part(size_t(8 * p.length_out()));
+    Dev dxp(columns(x, 12, 50, 0, 3)), part(size_t(8 * p.length_out()));
     gpu::conv_transpose1d(p, dxp.p, dw.p, db.p, part.p);  // 12 outputs per channel: one thread each
-    const auto a = whole.host(), q = part.host();
-    int64_t differ = 0;
-    for (int64_t co = 0; co < 8; ++co)
-      for (int64_t o = 0; o < p.length_out(); ++o)
-        differ += q[size_t(co * p.length_out() + o)] != a[size_t(co * s.length_out() + o)];
-    CHECK(differ == 0);
+    CHECK(count_differ(part.host(), whole.host(), 8, s.length_out(), 0, p.length_out()) == 0);
   }
 }
 
@@ -221,19 +217,11 @@ TEST_CASE("gpu attention: a query's output does not depend on the call") {
   const float scale = 0.125f;
   Dev dq(q), dk(k), dv(v), all(size_t(H * hd * T));
   gpu::attention(H, T, T, hd, 0, 0, ctx, scale, dq.p, dk.p, dv.p, all.p);
-  auto cols = [&](const std::vector<float>& x, int64_t from, int64_t n) {  // columns [from, from + n) of [H*hd, T]
-    std::vector<float> y(size_t(H * hd * n));
-    for (int64_t row = 0; row < H * hd; ++row) std::copy_n(x.begin() + row * T + from, n, y.begin() + row * n);
-    return y;
-  };
-  const int64_t Tk = T - k0;
-  Dev sq(cols(q, T - Tq, Tq)), sk(cols(k, k0, Tk)), sv(cols(v, k0, Tk)), step(size_t(H * hd * Tq));
+  const int64_t rows = H * hd, Tk = T - k0;
+  Dev sq(columns(q, rows, T, T - Tq, Tq)), sk(columns(k, rows, T, k0, Tk)), sv(columns(v, rows, T, k0, Tk));
+  Dev step(size_t(rows * Tq));
   gpu::attention(H, Tq, Tk, hd, T - Tq, k0, ctx, scale, sq.p, sk.p, sv.p, step.p);
-  const auto a = all.host(), s = step.host();
-  int64_t differ = 0;
-  for (int64_t row = 0; row < H * hd; ++row)
-    for (int64_t i = 0; i < Tq; ++i) differ += s[size_t(row * Tq + i)] != a[size_t(row * T + T - Tq + i)];
-  CHECK(differ == 0);
+  CHECK(count_differ(step.host(), all.host(), rows, T, T - Tq, Tq) == 0);
 }
 
 TEST_CASE("gpu elementwise, layer norm, rope") {

@@ -29,7 +29,7 @@ __device__ __forceinline__ float conv_input(const Conv1dShape& s, int64_t P, con
 
 // B of the implicit GEMM: row (ci, k), column t.
 struct ConvWindowB {
-  static constexpr bool vec = false;
+  static constexpr bool vec = false;  // gathered (stride, dilation, padding): no 4-wide loads
   Conv1dShape s;
   int64_t P;
   const float* x;
@@ -37,9 +37,6 @@ struct ConvWindowB {
   __device__ __forceinline__ float at(int64_t row, int64_t t) const {
     const int64_t c = row / s.kernel, k = row - c * s.kernel;
     return conv_input(s, P, x, context, c, t * s.stride + k * s.dilation - P);
-  }
-  __device__ __forceinline__ void at4(int64_t row, int64_t t, float v[4]) const {
-    for (int j = 0; j < 4; ++j) v[j] = at(row, t + j);
   }
 };
 

@@ -21,29 +21,23 @@ int64_t taps_per_phase(const ConvTranspose1dShape& s) { return (s.kernel + s.str
 
 // A[(r, co), (j, ci)] = w[ci, co, r + j*S], 0 where r + j*S >= K.
 struct PhaseWeightsA {
-  static constexpr bool vec = false;
+  static constexpr bool vec = false;  // strided gather: no 4-wide loads
   const float* w;
   int64_t cin, cout, K, S;
   __device__ __forceinline__ float at(int64_t row, int64_t col) const {
     const int64_t r = row / cout, co = row - r * cout, j = col / cin, ci = col - j * cin, k = r + j * S;
     return k < K ? w[(ci * cout + co) * K + k] : 0.0f;
   }
-  __device__ __forceinline__ void at4(int64_t row, int64_t col, float v[4]) const {
-    for (int i = 0; i < 4; ++i) v[i] = at(row, col + i);
-  }
 };
 
 // B[(j, ci), t] = x[ci, t - j], 0 outside [0, T_in).
 struct ShiftedInputB {
-  static constexpr bool vec = false;
+  static constexpr bool vec = false;  // rows shifted by j, so not 16-byte aligned: no 4-wide loads
   const float* x;
   int64_t cin, T_in;
   __device__ __forceinline__ float at(int64_t row, int64_t t) const {
     const int64_t j = row / cin, ci = row - j * cin, i = t - j;
     return i >= 0 && i < T_in ? x[ci * T_in + i] : 0.0f;
-  }
-  __device__ __forceinline__ void at4(int64_t row, int64_t t, float v[4]) const {
-    for (int k = 0; k < 4; ++k) v[k] = at(row, t + k);
   }
 };
 

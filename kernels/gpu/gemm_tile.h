@@ -1,11 +1,11 @@
 // The register-tiled GEMM as device code, shared by the ops that are a GEMM underneath: the GEMM
 // itself, the convolution (B the input window read in place: implicit GEMM) and the transposed
-// convolution (all phases stacked as rows). The operands are loaders (at(row, col), and at4 for
-// 4 consecutive columns where `vec`) and the result goes through a store(row, col, sum), so each
+// convolution (all phases stacked as rows). The operands are loaders (at(row, col); where `vec`,
+// also at4 for 4 consecutive columns) and the result goes through a store(row, col, sum), so each
 // op maps its tensors without copying them. Included by kernels/gpu/*.cu only, after vendor.h.
 //
-// C[M,N] = A[M,K] * B[K,N], handed to the store (MatrixC: + bias[row], then + C when accumulating). A block of 256 threads
-// owns a 64 x 64 tile of C, each thread a 4 x 4 sub-tile held in registers (16 FMAs per 8
+// C[M,N] = A[M,K] * B[K,N], handed to the store (MatrixC: + bias[row], then + C when
+// accumulating). A block of 256 threads owns a 64 x 64 tile of C, each thread a 4 x 4 sub-tile held in registers (16 FMAs per 8
 // shared-memory reads). K advances 16 at a time through two shared-memory buffers: the next
 // step's global loads are issued before this step's FMAs and stored after them, so their latency
 // hides behind the arithmetic, with one barrier per step.
@@ -38,6 +38,20 @@ __device__ __forceinline__ void load4(const float* p, float v[4]) {
 }
 
 inline bool aligned16(const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; }
+
+// v[i] = op.at(r, c + i) for the valid entries (the row valid and c + i < c_end), 0 for the
+// others; one at4 where the loader has it and all four are valid.
+template <class Op>
+__device__ __forceinline__ void load_group(const Op& op, int64_t r, int64_t c, bool row_valid, int64_t c_end,
+                                           float v[4]) {
+  if constexpr (Op::vec) {
+    if (row_valid && c + 3 < c_end) {
+      op.at4(r, c, v);
+      return;
+    }
+  }
+  for (int i = 0; i < 4; ++i) v[i] = row_valid && c + i < c_end ? op.at(r, c + i) : 0.0f;
+}
 
 // A row-major matrix operand with row stride ld; kVec: rows 16-byte aligned (float4 loads).
 template <bool kVec>
@@ -78,18 +92,8 @@ __global__ void gemm_tile_kernel(int64_t M, int64_t N, int64_t K, AOp a, BOp b, 
   // this thread's share of step k0, zeros outside the matrices
   float a_next[4], b_next[4];
   auto fetch = [&](int64_t k0) {
-    const int64_t ar = m0 + a_row, ak = k0 + a_col;
-    if (AOp::vec && ar < M && ak + 3 < K) {
-      a.at4(ar, ak, a_next);
-    } else {
-      for (int i = 0; i < 4; ++i) a_next[i] = ar < M && ak + i < K ? a.at(ar, ak + i) : 0.0f;
-    }
-    const int64_t bk = k0 + b_row, bn = n0 + b_col;
-    if (BOp::vec && bk < K && bn + 3 < N) {
-      b.at4(bk, bn, b_next);
-    } else {
-      for (int j = 0; j < 4; ++j) b_next[j] = bk < K && bn + j < N ? b.at(bk, bn + j) : 0.0f;
-    }
+    load_group(a, m0 + a_row, k0 + a_col, m0 + a_row < M, K, a_next);
+    load_group(b, k0 + b_row, n0 + b_col, k0 + b_row < K, N, b_next);
   };
   auto stash = [&](int buf) {
     for (int i = 0; i < 4; ++i) As[buf][a_col + i][a_row] = a_next[i], Bs[buf][b_row][b_col + i] = b_next[i];
