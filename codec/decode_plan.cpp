@@ -12,7 +12,7 @@ namespace mimi {
 using namespace plan_detail;
 
 DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frames, int n_q, int slots)
-    : m_(m), k_(kernels), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
+    : m_(m), k_(kernels), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q), graphs_(kernels) {
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   check_slots(slots);
@@ -37,6 +37,7 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   size_transformer(k_, s_, c, T25, B * T25);
   codes_.assign(size_t(n_q) * size_t(B * max_frames), 0);
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
+  positions_dev_ = alloc_codes(k_, size_t(B));
   sum_.allocate(k_, {c.q_dimension, B * max_frames});
   quantized_.allocate(k_, {c.dimension, B * max_frames});
   tmp_.allocate(k_, {c.dimension, B * max_frames});
@@ -111,7 +112,7 @@ void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
     frames_[size_t(s)] = n;
     total_ += n;
   }
-  const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
+  const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension;
   set_shape(quantized_, {D, F});
   set_shape(upsampled_, {D, Tt});
   set_shape(tf_out_, {D, Tt});
@@ -122,6 +123,23 @@ void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
     for (int k = 0; k < n_q_; ++k)
       std::copy_n(codes[s] + k * frames_[size_t(s)], frames_[size_t(s)], codes_.begin() + k * F + offset_[size_t(s)]);
   k_.upload_i32(codes_dev_.get(), codes_.data(), size_t(n_q_) * size_t(F));
+  std::vector<const TransformerState*> tf;
+  bool all_steady = profile_ == nullptr;
+  for (int b = 0; b < slots(); ++b) {
+    tf.push_back(&streams_[size_t(b)].tf);
+    if (frames_[size_t(b)] > 0) all_steady = all_steady && steady(streams_[size_t(b)].tf, c);
+  }
+  upload_positions(k_, tf, max_frames_ * ds, positions_, positions_dev_.get());
+  graphs_.run(frames_, all_steady, [&] { decode_work(); });
+  for (int b = 0; b < slots(); ++b)
+    if (frames_[size_t(b)] > 0) advance(streams_[size_t(b)].tf, frames_[size_t(b)] * ds, c);
+}
+
+// A step's device work: the codes (uploaded) -> the samples of output_.
+void DecodePlan::decode_work() {
+  const Config& c = m_.cfg;
+  const int bins = c.bins;
+  const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
   const int32_t* dcodes = codes_dev_.get();
   // quantized = out_proj_sem(e0) + out_proj_ac(e1 + e2 + ...), on all frames
   const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
@@ -148,7 +166,7 @@ void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
       convtr_step(k_, m_.upsample, streams_[size_t(b)].up, tmp_.ptr(), n, s_.a.ptr(), s_, t);  // s_.a [D, T]
       k_.copy2d(upsampled_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
       k_.copy2d(tf_out_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
-      segments.push_back({o * ds, T, &streams_[size_t(b)].tf});
+      segments.push_back({o * ds, T, &streams_[size_t(b)].tf, positions_dev_.get() + b});
     }
   }
   {  // decoder transformer on every active slot's columns

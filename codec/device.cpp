@@ -19,8 +19,10 @@ namespace {
 const Kernels kCpu{MIMI_OP_TABLE(cpu), cpu::resblock, MIMI_MEMORY_TABLE(cpu), true};
 const Kernels kRef{MIMI_OP_TABLE(ref), ref::resblock, MIMI_MEMORY_TABLE(cpu), true};
 #ifdef MIMI_WITH_GPU_KERNELS
+const GraphOps kGpuGraphs{gpu::stream_create, gpu::stream_destroy, gpu::set_stream,  gpu::capture_begin,
+                          gpu::capture_end,   gpu::capture_abort,  gpu::graph_launch, gpu::graph_destroy};
 // no fused resblock on the GPU: the plans compose it from the ops
-const Kernels kGpu{MIMI_OP_TABLE(gpu), nullptr, MIMI_MEMORY_TABLE(gpu), false};
+const Kernels kGpu{MIMI_OP_TABLE(gpu), nullptr, MIMI_MEMORY_TABLE(gpu), false, &kGpuGraphs};
 #endif
 
 }  // namespace

@@ -19,6 +19,20 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+// Streams and graph capture (kernels/gpu/ops.h), for the backends that have them: a plan runs
+// its steps on its own stream and replays a captured step (codec/step_graph.h). Handles are the
+// vendor's stream and executable-graph pointers.
+struct GraphOps {
+  void* (*stream_create)();
+  void (*stream_destroy)(void* stream);
+  void (*set_stream)(void* stream);  // the calling thread's ops go to `stream` (nullptr: legacy)
+  void (*capture_begin)(void* stream);
+  void* (*capture_end)(void* stream);  // the instantiated graph
+  void (*capture_abort)(void* stream);
+  void (*graph_launch)(void* graph, void* stream);
+  void (*graph_destroy)(void* graph);
+};
+
 // The ops of kernels/ops.h as a table, so plans are written once for every backend.
 struct Kernels {
   decltype(&cpu::gemm) gemm;
@@ -48,6 +62,7 @@ struct Kernels {
   decltype(&cpu::upload_i32) upload_i32;
   decltype(&cpu::download_i32) download_i32;
   bool host_memory = true;  // device pointers are host pointers (no transfers needed)
+  const GraphOps* graphs = nullptr;  // nullptr: no streams or graphs (the CPU backends)
 };
 
 // Throws Error(Device) for a backend this build lacks or a device that is not present:

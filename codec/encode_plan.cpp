@@ -11,7 +11,7 @@ namespace mimi {
 using namespace plan_detail;
 
 EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frames, int n_q, int slots)
-    : m_(m), k_(kernels), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q) {
+    : m_(m), k_(kernels), max_frames_(max_frames), frame_size_(m.cfg.frame_size()), n_q_(n_q), graphs_(kernels) {
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   check_slots(slots);
@@ -41,6 +41,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   first_in_.allocate(k_, {c.q_dimension, B * max_frames});
   rest_in_.allocate(k_, {c.q_dimension, B * max_frames});
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
+  positions_dev_ = alloc_codes(k_, size_t(B));
   codes_.reserve(size_t(n_q) * size_t(B * max_frames));
   offset_.assign(size_t(B), 0);
   frames_.assign(size_t(B), 0);
@@ -153,7 +154,6 @@ void EncodePlan::seanet(int slot) {
 
 void EncodePlan::encode() {
   const Config& c = m_.cfg;
-  Scratch& s = s_;
   const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
   set_shape(input_, {1, F * frame_size_});
   set_shape(seanet_out_, {D, Tt});
@@ -163,11 +163,29 @@ void EncodePlan::encode() {
   set_shape(rest_in_, {Q, F});
   codes_.resize(size_t(n_q_) * size_t(F));
   if (F == 0) return;
+  std::vector<const TransformerState*> tf;
+  bool all_steady = profile_ == nullptr;
+  for (int b = 0; b < slots(); ++b) {
+    tf.push_back(&streams_[size_t(b)].tf);
+    if (frames_[size_t(b)] > 0) all_steady = all_steady && steady(streams_[size_t(b)].tf, c);
+  }
+  upload_positions(k_, tf, max_frames_ * ds, positions_, positions_dev_.get());
+  graphs_.run(frames_, all_steady, [&] { encode_work(); });
+  for (int b = 0; b < slots(); ++b)
+    if (frames_[size_t(b)] > 0) advance(streams_[size_t(b)].tf, frames_[size_t(b)] * ds, c);
+  k_.download_i32(codes_.data(), codes_dev_.get(), codes_.size());
+}
+
+void EncodePlan::encode_work() {
+  const Config& c = m_.cfg;
+  Scratch& s = s_;
+  const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
   std::vector<TfSegment> segments;
   for (int b = 0; b < slots(); ++b)
     if (frames_[size_t(b)] > 0) {
       seanet(b);
-      segments.push_back({offset_[size_t(b)] * ds, frames_[size_t(b)] * ds, &streams_[size_t(b)].tf});
+      segments.push_back({offset_[size_t(b)] * ds, frames_[size_t(b)] * ds, &streams_[size_t(b)].tf,
+                          positions_dev_.get() + b});
     }
   {  // encoder transformer (25 Hz) on every active slot's columns
     StageTimer t(profile_, "enc.transformer");
@@ -194,7 +212,6 @@ void EncodePlan::encode() {
     auto ac_e = book_ptrs(m_.acoustic, n_ac, false), ac_n = book_ptrs(m_.acoustic, n_ac, true);
     k_.rvq_encode(Q, F, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_dev_.get() + n_sem * F);
   }
-  k_.download_i32(codes_.data(), codes_dev_.get(), codes_.size());
   rvq_timer.add_flops(2.0 * double(F) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
 }
 

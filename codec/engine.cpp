@@ -40,6 +40,8 @@ EncodePlan& Engine::encode_plan(int64_t frames, int n_q, int slots) {
   EncodePlan& plan =
       enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*placed_, *kernels_, frames, n_q, slots); });
   plan.set_profile(profile_);
+  plan.set_graphs(opts_.graphs);
+  plan.set_graph_stats(&graph_stats_);
   return plan;
 }
 
@@ -48,6 +50,8 @@ DecodePlan& Engine::decode_plan(int64_t frames, int n_q, int slots) {
   DecodePlan& plan =
       dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*placed_, *kernels_, frames, n_q, slots); });
   plan.set_profile(profile_);
+  plan.set_graphs(opts_.graphs);
+  plan.set_graph_stats(&graph_stats_);
   return plan;
 }
 

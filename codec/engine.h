@@ -21,6 +21,8 @@ struct EngineOptions {
   // Signals longer than this many 80 ms frames run through one plan in chunks of it (constant
   // memory, one plan for any length); 0 = always one chunk.
   int64_t chunk_frames = 64;
+  // On a GPU: capture a plan's steady steps into graphs and replay them (codec/step_graph.h).
+  bool graphs = true;
   // Tests only: run on this kernel table instead of the device's (e.g. the CPU kernels with
   // host_memory = false and no fused ops, to exercise the GPU plans' code path on the CPU).
   const Kernels* kernels = nullptr;
@@ -86,6 +88,9 @@ class Engine {
   // Per-stage timing for every plan the engine hands out from now on (nullptr: off).
   void set_profile(Profile* p) { profile_ = p; }
 
+  // Steps captured, replayed and run op by op on a backend with graphs, over every plan so far.
+  const GraphStats& graph_stats() const { return graph_stats_; }
+
   PlanCache<EncodePlan>& encode_cache() { return enc_cache_; }
   PlanCache<DecodePlan>& decode_cache() { return dec_cache_; }
 
@@ -101,6 +106,7 @@ class Engine {
   PlanCache<EncodePlan> enc_cache_;
   PlanCache<DecodePlan> dec_cache_;
   Profile* profile_ = nullptr;
+  GraphStats graph_stats_;
 };
 
 }  // namespace mimi

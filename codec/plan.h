@@ -36,6 +36,7 @@
 #include "codec/device.h"
 #include "codec/model.h"
 #include "codec/profile.h"
+#include "codec/step_graph.h"
 
 namespace mimi {
 
@@ -143,10 +144,16 @@ class EncodePlan {
   // "encoder_transformer_out", "latent", "rvq_first_in", "rvq_rest_in"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
+  // Captured steps on a backend with graphs (codec/step_graph.h): on by default; a profiled
+  // step always runs op by op, so the stage table times the ops.
+  void set_graphs(bool on) { graphs_.set_enabled(on); }
+  void set_graph_stats(GraphStats* sink) { graphs_.set_stats(sink); }
+  const GraphStats& graph_stats() const { return graphs_.stats(); }
 
  private:
   void set_frames(const int64_t* frames);  // offsets, the total, checks
   void encode();                           // input_ holds the active slots' samples
+  void encode_work();                      // encode()'s device work (captured, codec/step_graph.h)
   void seanet(int slot);                   // its input -> its columns of seanet_out_ and tf_out_
   // encoder block b on sc.a [C, T] in place (T and C updated)
   void block(EncodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T);
@@ -165,8 +172,11 @@ class EncodePlan {
   Scratch s_;     // whole-push stages
   Scratch head_;  // the sub-chunked SEANet head
   std::vector<EncodeStream> streams_;
+  std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
+  std::vector<int32_t> positions_;           // their host copy
   Profile* profile_ = nullptr;
   mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
+  StepGraphs graphs_;  // last: its graphs go before the buffers they use
 };
 
 class DecodePlan {
@@ -199,8 +209,14 @@ class DecodePlan {
   // "decoder_transformer_out", "output"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
+  // Captured steps on a backend with graphs (codec/step_graph.h): on by default; a profiled
+  // step always runs op by op, so the stage table times the ops.
+  void set_graphs(bool on) { graphs_.set_enabled(on); }
+  void set_graph_stats(GraphStats* sink) { graphs_.set_stats(sink); }
+  const GraphStats& graph_stats() const { return graphs_.stats(); }
 
  private:
+  void decode_work();     // a step's device work (captured, codec/step_graph.h)
   void seanet(int slot);  // its columns of tf_out_ -> its samples of output_
   // decoder block b on sc.a [C, T] in place (T and C updated)
   void block(DecodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T);
@@ -218,8 +234,11 @@ class DecodePlan {
   Scratch s_;     // whole-push stages
   Scratch tail_;  // the sub-chunked SEANet tail
   std::vector<DecodeStream> streams_;
+  std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
+  std::vector<int32_t> positions_;           // their host copy
   Profile* profile_ = nullptr;
   mutable std::map<std::string, Buffer> host_copies_;  // stage() and output() of a device plan
+  StepGraphs graphs_;  // last: its graphs go before the buffers they use
 };
 
 }  // namespace mimi

@@ -57,7 +57,11 @@ void build_context(const Kernels& k, ConvState& st, const float* x, int64_t C, i
     k.copy2d(st.next.ptr() + P - T, P, x, T, T, C);
   }
 }
-void commit_context(ConvState& st) { std::swap(st.hist, st.next); }
+// A copy, not a swap of the two buffers: a replayed step (codec/step_graph.h) uses the buffers
+// it was captured with, so a stream's state must stay in the same buffers from step to step.
+void commit_context(const Kernels& k, ConvState& st, int64_t C, int64_t P) {
+  k.copy2d(st.hist.ptr(), P, st.next.ptr(), P, P, C);
+}
 
 double conv_flops(const Conv1dShape& s) {
   return 2.0 * double(s.out_channels) * double(s.in_channels / s.groups) * double(s.kernel) * double(s.length_out());
@@ -90,7 +94,7 @@ int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x
   }
   build_context(k, st, x, Cin, T, P);
   k.conv1d(sh, x, c.weight.data, opt(c.bias), y, accumulate, st.hist.ptr());
-  commit_context(st);
+  commit_context(k, st, Cin, P);
   t.add_flops(conv_flops(sh));
   return sh.length_out();
 }
@@ -122,7 +126,8 @@ int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const fl
   const int64_t L = tail.length_out();  // (m-1)*S + K; its last O outputs are the tail
   set_shape(s.full, {Cout, L});
   k.conv_transpose1d(tail, s.work.ptr(), c.weight.data, nullptr, s.full.ptr());
-  if (O > Tout) std::swap(st.carry, st.old);  // a chunk shorter than the overlap: keep the rest
+  // a chunk shorter than the overlap: keep the rest (copied, not swapped: see commit_context)
+  if (O > Tout) k.copy2d(st.old.ptr(), O, st.carry.ptr(), O, O, Cout);
   k.copy2d(st.carry.ptr(), O, s.full.ptr() + L - O, L, O, Cout);
   if (O > Tout) k.add2d(st.carry.ptr(), O, st.old.ptr() + Tout, O, O - Tout, Cout);
   return Tout;
@@ -144,7 +149,7 @@ void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x,
     const ResBlockShape sh{C, c1.out_channels, c1.kernel, c1.dilation, T};
     k.resblock(sh, r.conv1.weight.data, opt(r.conv1.bias), r.conv2.weight.data, opt(r.conv2.bias),
                P > 0 ? st.hist.ptr() : nullptr, x);
-    if (P > 0) commit_context(st);
+    if (P > 0) commit_context(k, st, C, P);
     Conv1dShape s1 = c1, s2 = r.conv2.shape;
     s1.length_in = T;
     s2.length_in = T;
@@ -188,15 +193,16 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
       set_shape(s.vbuf, {D, Tk});
       k.copy2d(s.qs.ptr(), T, q + o, Tt, T, D);
       k.copy2d(s.ks.ptr(), T, kn + o, Tt, T, D);
-      k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, s.qs.ptr());
-      k.rope(H, hd, T, st.pos, float(c.max_period), RopeLayout::Interleaved, s.ks.ptr());
+      k.rope(H, hd, T, seg.position, float(c.max_period), RopeLayout::Interleaved, s.qs.ptr());
+      k.rope(H, hd, T, seg.position, float(c.max_period), RopeLayout::Interleaved, s.ks.ptr());
       // keys/values: the cached steps, then the new ones
       k.copy2d(s.kbuf.ptr(), Tk, st.k[l].ptr(), cap, cached, D);
       k.copy2d(s.kbuf.ptr() + cached, Tk, s.ks.ptr(), T, T, D);
       k.copy2d(s.vbuf.ptr(), Tk, st.v[l].ptr(), cap, cached, D);
       k.copy2d(s.vbuf.ptr() + cached, Tk, vn + o, Tt, T, D);
-      k.attention(H, T, Tk, hd, st.pos, st.pos - cached, c.context, scale, s.qs.ptr(), s.kbuf.ptr(), s.vbuf.ptr(),
-                  s.os.ptr());
+      // positions relative to the window's first key (only differences matter), so that a
+      // captured step's arguments hold for every step with a full window
+      k.attention(H, T, Tk, hd, cached, 0, c.context, scale, s.qs.ptr(), s.kbuf.ptr(), s.vbuf.ptr(), s.os.ptr());
       k.copy2d(s.o.ptr() + o, Tt, s.os.ptr(), T, T, D);
       k.copy2d(st.k[l].ptr(), cap, s.kbuf.ptr() + Tk - keep, Tk, keep, D);
       k.copy2d(st.v[l].ptr(), cap, s.vbuf.ptr() + Tk - keep, Tk, keep, D);
@@ -212,10 +218,24 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
     k.layer_scale_add(D, Tt, L.scale2.data, s.o.ptr(), x);
     t.add_flops(2.0 * double(Tt) * (4.0 * D * D + 2.0 * D * FF));
   }
-  for (const TfSegment& seg : segments) {
-    seg.state->cached = std::min(cap, seg.state->cached + seg.length);
-    seg.state->pos += seg.length;
+}
+
+void advance(TransformerState& st, int64_t length, const Config& c) {
+  st.cached = std::min<int64_t>(c.context - 1, st.cached + length);
+  st.pos += length;
+}
+
+bool steady(const TransformerState& st, const Config& c) { return st.pos > 0 && st.cached == c.context - 1; }
+
+void upload_positions(const Kernels& k, const std::vector<const TransformerState*>& states, int64_t max_length,
+                      std::vector<int32_t>& host, int32_t* dev) {
+  host.resize(states.size());
+  for (size_t s = 0; s < states.size(); ++s) {
+    if (states[s]->pos > int64_t(INT32_MAX) - max_length)
+      throw Error(ErrorKind::Input, "a stream longer than 2^31 transformer steps (about 2.7 years of audio)");
+    host[s] = int32_t(states[s]->pos);
   }
+  k.upload_i32(dev, host.data(), host.size());
 }
 
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq) {

@@ -41,15 +41,28 @@ int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const fl
 void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x, int64_t C, int64_t T, Scratch& s,
                    StageTimer& t);
 
-// One stream's columns of a batched [D, T_total] signal and its transformer state.
+// One stream's columns of a batched [D, T_total] signal, its transformer state and its position
+// in device memory (upload_positions).
 struct TfSegment {
   int64_t offset = 0, length = 0;
   TransformerState* state = nullptr;
+  const int32_t* position = nullptr;
 };
 // x [D, T_total] through the transformer layers in place: the norms, projections and MLP on all
-// columns at once, RoPE and attention per segment against its own key/value window.
+// columns at once, RoPE and attention per segment against its own key/value window. Device work
+// only: the states' counters move on in advance(), after the step (a replayed step skips this
+// host code, codec/step_graph.h).
 void transformer_step(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
                       const std::vector<TfSegment>& segments, float* x, int64_t T_total, Scratch& s, StageTimer& t);
+
+// A segment's state after a step of `length` columns: window and position moved on.
+void advance(TransformerState& st, int64_t length, const Config& c);
+// A stream whose steps can be captured: started, and its key/value window full.
+bool steady(const TransformerState& st, const Config& c);
+// Every slot's position (the RoPE offset) into dev [slots], where rope reads it. Throws
+// Error(Input) for a stream that would pass int32 within max_length more steps.
+void upload_positions(const Kernels& k, const std::vector<const TransformerState*>& states, int64_t max_length,
+                      std::vector<int32_t>& host, int32_t* dev);
 
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq);
 

@@ -105,10 +105,12 @@ struct ConvTranspose1dShape {
   void linear(int64_t in, int64_t out, int64_t T, const float* W, const float* x, float* y);    \
                                                                                                \
   /* RoPE in place on x [H*hd, T] (rows = head-major feature, columns = time). Position of    \
-     column t is offset + t; angle_i = pos * freq_i, freq_i = exp(-ln(max_period) * 2i / hd),  \
-     all in float32 like the official code. Interleaved: pairs (2i, 2i+1); RotateHalf: pairs   \
-     (i, i + hd/2). */                                                                         \
-  void rope(int64_t H, int64_t hd, int64_t T, int64_t offset, float max_period,                \
+     column t is *position + t, where `position` points at one int32 in the backend's memory   \
+     (device memory on a GPU), read when the op runs: a captured step replays with the        \
+     position of the moment (codec/step_graph.h). angle_i = pos * freq_i, freq_i =             \
+     exp(-ln(max_period) * 2i / hd), all in float32 like the official code. Interleaved: pairs \
+     (2i, 2i+1); RotateHalf: pairs (i, i + hd/2). */                                           \
+  void rope(int64_t H, int64_t hd, int64_t T, const int32_t* position, float max_period,       \
             RopeLayout layout, float* x);                                                      \
                                                                                                \
   /* Sliding-window causal attention, channel-major like every signal: q [H*hd, Tq],         \

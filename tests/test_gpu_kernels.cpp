@@ -263,9 +263,12 @@ TEST_CASE("gpu elementwise, layer norm, rope") {
     for (auto [H, hd, T, off] : {std::array<int64_t, 4>{1, 2, 1, 0}, {8, 64, 100, 250}, {3, 6, 5, 7}}) {
       auto x = random_vec(size_t(H * hd * T), r);
       auto y = x;
-      ref::rope(H, hd, T, off, 10000.0f, layout, y.data());
+      const int32_t pos = int32_t(off);
+      ref::rope(H, hd, T, &pos, 10000.0f, layout, y.data());
       Dev dx(x);
-      gpu::rope(H, hd, T, off, 10000.0f, layout, dx.p);
+      std::shared_ptr<int32_t> dpos(gpu::alloc_i32(1), gpu::release);  // the position lives on the device
+      gpu::upload_i32(dpos.get(), &pos, 1);
+      gpu::rope(H, hd, T, dpos.get(), 10000.0f, layout, dx.p);
       expect_close(dx.host(), y, 1e-5, 1e-5);
     }
 }

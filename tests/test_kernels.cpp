@@ -438,14 +438,16 @@ TEST_CASE("rope: cpu vs ref, both layouts") {
       CAPTURE(c.H); CAPTURE(c.hd); CAPTURE(c.T); CAPTURE(c.offset);
       auto x = random_vec(size_t(c.H * c.hd * c.T), r);
       auto a = x, b = x;
-      ref::rope(c.H, c.hd, c.T, c.offset, 10000.0f, layout, a.data());
-      cpu::rope(c.H, c.hd, c.T, c.offset, 10000.0f, layout, b.data());
+      const int32_t pos = int32_t(c.offset);
+      ref::rope(c.H, c.hd, c.T, &pos, 10000.0f, layout, a.data());
+      cpu::rope(c.H, c.hd, c.T, &pos, 10000.0f, layout, b.data());
       expect_close(b, a, 1e-6, 1e-7);
     }
   // position 0 is the identity; the two layouts agree once their pairs are mapped onto each other
   std::vector<float> x{1, 2, 3, 4};  // H=1, hd=4, T=1
   auto y = x;
-  cpu::rope(1, 4, 1, 0, 10000.0f, RopeLayout::Interleaved, y.data());
+  const int32_t zero = 0, three = 3;
+  cpu::rope(1, 4, 1, &zero, 10000.0f, RopeLayout::Interleaved, y.data());
   CHECK(y == x);
   std::vector<float> inter(8), half(8);  // hd = 4, T = 2: rows (0,1),(2,3) vs (0,2),(1,3)
   auto xi = random_vec(8, r);
@@ -453,8 +455,8 @@ TEST_CASE("rope: cpu vs ref, both layouts") {
   const int perm[4] = {0, 2, 1, 3};  // interleaved row -> rotate-half row
   for (int row = 0; row < 4; ++row)
     for (int t = 0; t < 2; ++t) half[size_t(perm[row] * 2 + t)] = xi[size_t(row * 2 + t)];
-  cpu::rope(1, 4, 2, 3, 10000.0f, RopeLayout::Interleaved, inter.data());
-  cpu::rope(1, 4, 2, 3, 10000.0f, RopeLayout::RotateHalf, half.data());
+  cpu::rope(1, 4, 2, &three, 10000.0f, RopeLayout::Interleaved, inter.data());
+  cpu::rope(1, 4, 2, &three, 10000.0f, RopeLayout::RotateHalf, half.data());
   for (int row = 0; row < 4; ++row)
     for (int t = 0; t < 2; ++t) CHECK(half[size_t(perm[row] * 2 + t)] == inter[size_t(row * 2 + t)]);
 }

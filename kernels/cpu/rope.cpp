@@ -8,8 +8,9 @@
 
 namespace mimi::cpu {
 
-void rope(int64_t H, int64_t hd, int64_t T, int64_t offset, float max_period, RopeLayout layout,
+void rope(int64_t H, int64_t hd, int64_t T, const int32_t* position, float max_period, RopeLayout layout,
           float* x) {
+  const int64_t offset = *position;
   const int64_t half = hd / 2;
   const float coef = float(-std::log(double(max_period)) * 2.0 / double(hd));
   thread_local std::vector<float> cos_t, sin_t;  // [hd/2, T], grow-only

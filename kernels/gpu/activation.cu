@@ -19,13 +19,13 @@ __global__ void gelu_kernel(int64_t n, const float* x, float* y) {
 
 void elu(int64_t n, const float* x, float* y) {
   if (n <= 0) return;
-  MIMI_LAUNCH(elu_kernel, blocks_for(n), kThreads, 0, 0, n, x, y);
+  MIMI_LAUNCH(elu_kernel, blocks_for(n), kThreads, 0, current_stream(), n, x, y);
   check_launch("elu");
 }
 
 void gelu_erf(int64_t n, const float* x, float* y) {
   if (n <= 0) return;
-  MIMI_LAUNCH(gelu_kernel, blocks_for(n), kThreads, 0, 0, n, x, y);
+  MIMI_LAUNCH(gelu_kernel, blocks_for(n), kThreads, 0, current_stream(), n, x, y);
   check_launch("gelu_erf");
 }
 

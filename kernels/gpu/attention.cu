@@ -120,14 +120,14 @@ void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, i
   if (H <= 0 || Tq <= 0) return;
   if (hd == 64) {
     const dim3 grid(unsigned((Tq + kQueries - 1) / kQueries), unsigned(H));
-    MIMI_LAUNCH(attention_tiled_kernel<64>, grid, kQueries, 0, 0, Tq, Tk, q_start, k_start, context, scale, q, k, v,
+    MIMI_LAUNCH(attention_tiled_kernel<64>, grid, kQueries, 0, current_stream(), Tq, Tk, q_start, k_start, context, scale, q, k, v,
                 out);
     check_launch("attention");
     return;
   }
   const int64_t window = std::max<int64_t>(1, std::min(Tk, context));
   const size_t shared = size_t(window + kThreads) * sizeof(float);
-  MIMI_LAUNCH(attention_kernel, dim3(unsigned(Tq), unsigned(H)), kThreads, shared, 0, H, Tq, Tk, hd, q_start, k_start,
+  MIMI_LAUNCH(attention_kernel, dim3(unsigned(Tq), unsigned(H)), kThreads, shared, current_stream(), H, Tq, Tk, hd, q_start, k_start,
               context, scale, q, k, v, out);
   check_launch("attention");
 }

@@ -68,7 +68,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     if (tile::aligned16(w, K)) tile::launch(s.out_channels, T_out, K, tile::Matrix<true>{w, K}, ConvWindowB{s, P, x, ctx}, out);
     else tile::launch(s.out_channels, T_out, K, tile::Matrix<false>{w, K}, ConvWindowB{s, P, x, ctx}, out);
   } else {
-    MIMI_LAUNCH(conv1d_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, 0, s, T_out, P, x, w,
+    MIMI_LAUNCH(conv1d_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, current_stream(), s, T_out, P, x, w,
                 bias, y, accumulate, ctx);
   }
   check_launch("conv1d");

@@ -80,7 +80,7 @@ void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float
     tile::launch(rows, cols, m * s.in_channels, PhaseWeightsA{w, s.in_channels, s.out_channels, s.kernel, S},
                  ShiftedInputB{x, s.in_channels, s.length_in}, PhaseInterleaveC{y, bias, s.out_channels, S, T_out});
   } else {
-    MIMI_LAUNCH(convtr_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, 0, s, T_out, m, x, w,
+    MIMI_LAUNCH(convtr_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, current_stream(), s, T_out, m, x, w,
                 bias, y);
   }
   check_launch("conv_transpose1d");

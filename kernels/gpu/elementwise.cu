@@ -24,19 +24,19 @@ __global__ void scale_kernel(int64_t C, int64_t T, const float* scale, const flo
 
 void add_inplace(int64_t n, const float* x, float* y) {
   if (n <= 0) return;
-  MIMI_LAUNCH(add_kernel, blocks_for(n), kThreads, 0, 0, n, x, y);
+  MIMI_LAUNCH(add_kernel, blocks_for(n), kThreads, 0, current_stream(), n, x, y);
   check_launch("add_inplace");
 }
 
 void bias_add(int64_t C, int64_t T, const float* bias, float* y) {
   if (C * T <= 0) return;
-  MIMI_LAUNCH(bias_kernel, blocks_for(C * T), kThreads, 0, 0, C, T, bias, y);
+  MIMI_LAUNCH(bias_kernel, blocks_for(C * T), kThreads, 0, current_stream(), C, T, bias, y);
   check_launch("bias_add");
 }
 
 void layer_scale_add(int64_t C, int64_t T, const float* scale, const float* x, float* y) {
   if (C * T <= 0) return;
-  MIMI_LAUNCH(scale_kernel, blocks_for(C * T), kThreads, 0, 0, C, T, scale, x, y);
+  MIMI_LAUNCH(scale_kernel, blocks_for(C * T), kThreads, 0, current_stream(), C, T, scale, x, y);
   check_launch("layer_scale_add");
 }
 

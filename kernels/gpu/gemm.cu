@@ -52,7 +52,7 @@ void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const fl
     else tile::launch(M, N, K, tile::Matrix<false>{A, lda}, tile::Matrix<false>{B, ldb}, c);
   } else {
     const dim3 block(kTile, kTile), grid(unsigned((N + kTile - 1) / kTile), unsigned((M + kTile - 1) / kTile));
-    MIMI_LAUNCH(gemm_small_kernel, grid, block, 0, 0, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    MIMI_LAUNCH(gemm_small_kernel, grid, block, 0, current_stream(), M, N, K, A, lda, B, ldb, C, ldc, accumulate);
   }
   check_launch("gemm");
 }

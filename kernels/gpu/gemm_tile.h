@@ -139,7 +139,7 @@ void launch(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
   // through a function pointer: a template-id with commas cannot pass through the launch macro
   const auto gemm_tile = &gemm_tile_kernel<AOp, BOp, COp>;
   const dim3 grid(unsigned((N + kBN - 1) / kBN), unsigned((M + kBM - 1) / kBM));
-  MIMI_LAUNCH(gemm_tile, grid, kThreads, 0, 0, M, N, K, a, b, c);
+  MIMI_LAUNCH(gemm_tile, grid, kThreads, 0, current_stream(), M, N, K, a, b, c);
 }
 
 }  // namespace mimi::gpu::tile

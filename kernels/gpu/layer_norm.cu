@@ -38,7 +38,7 @@ __global__ void layer_norm_kernel(int64_t C, int64_t T, const float* x, const fl
 
 void layer_norm(int64_t C, int64_t T, const float* x, const float* gamma, const float* beta, float eps, float* y) {
   if (T <= 0) return;
-  MIMI_LAUNCH(layer_norm_kernel, unsigned(T), kThreads, 0, 0, C, T, x, gamma, beta, eps, y);
+  MIMI_LAUNCH(layer_norm_kernel, unsigned(T), kThreads, 0, current_stream(), C, T, x, gamma, beta, eps, y);
   check_launch("layer_norm");
 }
 

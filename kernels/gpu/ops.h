@@ -23,4 +23,20 @@ void synchronize();
 // "CUDA" or "HIP": the vendor this backend was compiled for.
 const char* vendor();
 
+// Streams and graphs, as opaque handles (gpuStream_t, gpuGraphExec_t), so that codec/ needs no
+// vendor header. The ops run on the calling thread's current stream: set_stream(s) makes every
+// later op of this thread go to s (nullptr: the legacy stream). upload/download stay synchronous
+// copies; a plan keeps them out of what it captures.
+void* stream_create();
+void stream_destroy(void* stream);
+void set_stream(void* stream);
+// Between capture_begin(s) and capture_end(s) the ops submitted to s are recorded, not run;
+// capture_end returns them as an instantiated graph. capture_abort ends a capture that failed
+// part-way and drops what it recorded.
+void capture_begin(void* stream);
+void* capture_end(void* stream);
+void capture_abort(void* stream);
+void graph_launch(void* graph, void* stream);
+void graph_destroy(void* graph);
+
 }  // namespace mimi::gpu

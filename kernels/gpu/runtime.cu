@@ -29,6 +29,48 @@ bool emulated() {
 void set_device(int index) { check(gpuSetDevice(index), "set device"); }
 
 namespace {
+thread_local gpuStream_t tls_stream = nullptr;
+gpuStream_t as_stream(void* s) { return static_cast<gpuStream_t>(s); }
+}  // namespace
+
+gpuStream_t current_stream() { return tls_stream; }
+void set_stream(void* stream) { tls_stream = as_stream(stream); }
+
+void* stream_create() {
+  gpuStream_t s = nullptr;
+  check(gpuStreamCreate(&s), "stream create");
+  return s;
+}
+void stream_destroy(void* stream) {
+  if (stream) (void)gpuStreamDestroy(as_stream(stream));
+}
+
+void capture_begin(void* stream) {
+  check(gpuStreamBeginCapture(as_stream(stream), gpuStreamCaptureModeGlobal), "begin graph capture");
+}
+void* capture_end(void* stream) {
+  gpuGraph_t graph = nullptr;
+  check(gpuStreamEndCapture(as_stream(stream), &graph), "end graph capture");
+  gpuGraphExec_t exec = nullptr;
+  const gpuError_t e = gpuGraphInstantiate(&exec, graph);
+  (void)gpuGraphDestroy(graph);  // the executable graph is independent of it
+  check(e, "instantiate graph");
+  return exec;
+}
+void capture_abort(void* stream) {
+  gpuGraph_t graph = nullptr;
+  (void)gpuStreamEndCapture(as_stream(stream), &graph);
+  if (graph) (void)gpuGraphDestroy(graph);
+  (void)gpuGetLastError();  // the capture's error was reported by whoever threw
+}
+void graph_launch(void* graph, void* stream) {
+  check(gpuGraphLaunch(static_cast<gpuGraphExec_t>(graph), as_stream(stream)), "graph launch");
+}
+void graph_destroy(void* graph) {
+  if (graph) (void)gpuGraphExecDestroy(static_cast<gpuGraphExec_t>(graph));
+}
+
+namespace {
 void* zeroed(size_t bytes) {
   void* p = nullptr;
   check(gpuMalloc(&p, bytes + 1), "device allocation");
@@ -64,19 +106,19 @@ int32_t* alloc_i32(size_t n) { return static_cast<int32_t*>(zeroed(n * sizeof(in
 void copy2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t rows) {
   if (width <= 0 || rows <= 0) return;
   check(gpuMemcpy2DAsync(dst, size_t(dpitch) * sizeof(float), src, size_t(spitch) * sizeof(float),
-                         size_t(width) * sizeof(float), size_t(rows), gpuMemcpyDeviceToDevice, 0),
+                         size_t(width) * sizeof(float), size_t(rows), gpuMemcpyDeviceToDevice, current_stream()),
         "copy2d");
 }
 
 void add2d(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width, int64_t rows) {
   if (width <= 0 || rows <= 0) return;
-  MIMI_LAUNCH(add2d_kernel, blocks_for(width * rows), kThreads, 0, 0, dst, dpitch, src, spitch, width, rows);
+  MIMI_LAUNCH(add2d_kernel, blocks_for(width * rows), kThreads, 0, current_stream(), dst, dpitch, src, spitch, width, rows);
   check_launch("add2d");
 }
 
 void fill(float* dst, int64_t n, float value) {
   if (n <= 0) return;
-  MIMI_LAUNCH(fill_kernel, blocks_for(n), kThreads, 0, 0, dst, n, value);
+  MIMI_LAUNCH(fill_kernel, blocks_for(n), kThreads, 0, current_stream(), dst, n, value);
   check_launch("fill");
 }
 

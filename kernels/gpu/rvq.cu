@@ -79,7 +79,7 @@ void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x, c
                 const float* const* sq_norms, int32_t* codes) {
   if (F <= 0 || n <= 0) return;
   const size_t shared = size_t(Q + 1 + 2 * kThreads) * sizeof(float);
-  MIMI_LAUNCH(rvq_encode_kernel, unsigned(F), kThreads, shared, 0, Q, F, bins, n, x, books_arg(codebooks, n),
+  MIMI_LAUNCH(rvq_encode_kernel, unsigned(F), kThreads, shared, current_stream(), Q, F, bins, n, x, books_arg(codebooks, n),
               books_arg(sq_norms, n), codes);
   check_launch("rvq_encode");
 }
@@ -88,7 +88,7 @@ void rvq_decode(int64_t Q, int64_t F, int64_t bins, int64_t n, const int32_t* co
                 float* y) {
   (void)bins;
   if (Q * F <= 0) return;
-  MIMI_LAUNCH(rvq_decode_kernel, blocks_for(Q * F), kThreads, 0, 0, Q, F, n, codes, books_arg(codebooks, n), y);
+  MIMI_LAUNCH(rvq_decode_kernel, blocks_for(Q * F), kThreads, 0, current_stream(), Q, F, n, codes, books_arg(codebooks, n), y);
   check_launch("rvq_decode");
 }
 

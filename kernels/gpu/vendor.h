@@ -137,6 +137,10 @@ namespace mimi::gpu {
 inline void check(gpuError_t e, const char* what) {
   if (e != gpuSuccess) throw Error(ErrorKind::Device, std::string(what) + ": " + gpuGetErrorString(e));
 }
+// The stream this thread's ops go to (set_stream in kernels/gpu/ops.h; the legacy stream 0 until
+// then). Every launch and async copy of the ops uses it, so a plan can capture its step.
+gpuStream_t current_stream();
+
 // After a launch: configuration errors surface here, execution errors at the next sync.
 inline void check_launch(const char* kernel) { check(gpuGetLastError(), kernel); }
 

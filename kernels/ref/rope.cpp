@@ -1,13 +1,14 @@
 // Naive reference RoPE. Angles are computed in float32 exactly as the official
-// moshi apply_rope does (freqs = exp(i * (-ln(max_period) * 2 / hd)), ts = offset + t).
+// moshi apply_rope does (freqs = exp(i * (-ln(max_period) * 2 / hd)), ts = *position + t).
 #include <cmath>
 
 #include "kernels/ops.h"
 
 namespace mimi::ref {
 
-void rope(int64_t H, int64_t hd, int64_t T, int64_t offset, float max_period, RopeLayout layout,
+void rope(int64_t H, int64_t hd, int64_t T, const int32_t* position, float max_period, RopeLayout layout,
           float* x) {
+  const int64_t offset = *position;
   const float coef = float(-std::log(double(max_period)) * 2.0 / double(hd));
   for (int64_t h = 0; h < H; ++h)
     for (int64_t i = 0; i < hd / 2; ++i) {

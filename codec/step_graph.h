@@ -1,0 +1,76 @@
+// Captured plan steps: on a backend with graphs (CUDA, HIP, the emulated device), a plan's step
+// runs on the plan's own stream, and a step in the steady state is captured once into a graph
+// and then replayed, one launch instead of hundreds.
+//
+// What makes a replay exact: everything a step's kernels read that changes from step to step
+// lives in device memory, not in the captured arguments. The step's input and output buffers
+// are the plan's own (uploaded before and downloaded after the captured work); the RoPE
+// positions are read from a device array (kernels/ops.h rope); attention gets positions relative
+// to the cached window; a conv's context is copied, not swapped, into its buffer. What is left
+// in the arguments is the step's shape, which is the key: the frames of every slot (0 = idle).
+// A slot is steady once its stream has started (the conv contexts are filled) and its key/value
+// window is full; until then its steps run uncaptured, since the window's length and the
+// contexts' first fill are host-side decisions. A step is captured the second time its key is
+// seen (a one-off shape, such as a file's last chunk, costs no capture) and replayed after.
+//
+// Lifecycle: built with the plan (a stream; nothing on backends without graphs) -> run() per
+// step -> destroyed with the plan (graphs, then the stream). Graphs are bounded per plan (LRU,
+// kMaxGraphs); the plans themselves live in the engine's bounded cache.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <vector>
+
+#include "codec/device.h"
+
+namespace mimi {
+
+struct GraphStats {
+  uint64_t captured = 0;    // steps captured into a graph (each one also ran, by its replay)
+  uint64_t replayed = 0;    // steps that replayed a graph captured earlier
+  uint64_t uncaptured = 0;  // steps run op by op on a backend with graphs
+  void add(const GraphStats& o) {
+    captured += o.captured;
+    replayed += o.replayed;
+    uncaptured += o.uncaptured;
+  }
+};
+
+class StepGraphs {
+ public:
+  static constexpr size_t kMaxGraphs = 8;
+
+  explicit StepGraphs(const Kernels& k);
+  ~StepGraphs();
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+
+  // Runs one step's device work: `work` submits it (ops only: no synchronous copies, no host
+  // reads of device memory, and host-side effects that a replay may skip must not matter).
+  // With graphs, `work` runs on this plan's stream: replayed from the graph of `key` when there
+  // is one, captured when `steady` and the key is seen the second time, else run op by op.
+  void run(const std::vector<int64_t>& key, bool steady, const std::function<void()>& work);
+
+  void set_enabled(bool on) { enabled_ = on; }  // off: every step op by op (still on the stream)
+  void set_stats(GraphStats* sink) { sink_ = sink; }  // counts also go there (nullptr: only here)
+  const GraphStats& stats() const { return stats_; }
+
+ private:
+  struct Entry {
+    std::vector<int64_t> key;
+    int seen = 0;
+    void* graph = nullptr;
+  };
+  void count(uint64_t GraphStats::*field);
+
+  const GraphOps* ops_;
+  void* stream_ = nullptr;
+  bool enabled_ = true;
+  std::list<Entry> entries_;  // most recently used first, at most kMaxGraphs with a graph
+  GraphStats stats_;
+  GraphStats* sink_ = nullptr;
+};
+
+}  // namespace mimi
