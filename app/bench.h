@@ -20,6 +20,7 @@ struct BenchOptions {
   int64_t latency_frames = 250;  // frames pushed one at a time for the latency line (0 = skip)
   bool json = false;
   bool stages = true;
+  bool graphs = true;  // on a GPU: capture and replay steady steps (codec/step_graph.h)
 };
 
 int run_bench(const BenchOptions& o);

@@ -159,6 +159,7 @@ int main(int argc, char** argv) {
   b->add_option("--latency-frames", bench.latency_frames, "Frames streamed one by one for the latency line (0 = skip)")
       ->capture_default_str();
   b->add_flag("--json", bench.json, "One JSON object on stdout");
+  b->add_flag("!--no-graphs", bench.graphs, "On a GPU: run every step op by op (no graph capture and replay)");
 
   // The dataset mode: plan a corpus into shards, encode one shard per worker, status, verify.
   namespace ds = mimi::app::dataset;

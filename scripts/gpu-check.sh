@@ -57,7 +57,9 @@ MEMLOG="$W/mem.csv"  # peak device memory: nvidia-smi sampled beside the benchma
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$MEMLOG" 2>/dev/null &
 SMI=$!
 bench() { run_bin mimi bench --device cuda --weights "$W/model.safetensors" "$@"; }
-bench --seconds 10,60 --runs 3 --latency-frames 250 | tee "$W/b1.txt"
+# 400 single-frame steps: the last ~150 run with full windows, captured and replayed as graphs
+bench --seconds 10,60 --runs 3 --latency-frames 400 | tee "$W/b1.txt"
+bench --seconds 10 --runs 2 --latency-frames 400 --no-graphs | tee "$W/b1-nographs.txt"
 bench --seconds 10 --runs 2 --batch 8 --latency-frames 0 | tee "$W/b8.txt"
 bench --seconds 10,60 --runs 2 --batch 64 --latency-frames 100 | tee "$W/b64.txt"
 bench --seconds 10 --runs 1 --batch 256 --latency-frames 0 | tee "$W/b256.txt"
@@ -86,7 +88,11 @@ for b in 1 8 64 256; do
 done
 printf "%-34s %s / %s x realtime\n" "CPU encode / decode 10 s" "$(rtf "$W/cpu.txt" encode 10)" "$(rtf "$W/cpu.txt" decode 10)"
 printf "%-34s %s\n" "streaming step, batch 1" "$(grep -o 'encode median.*' "$W/b1.txt")"
+printf "%-34s %s\n" "  graphs (batch 1)" "$(grep -o 'graphs: .*' "$W/b1.txt")"
+printf "%-34s %s\n" "  same, --no-graphs" "$(grep -o 'encode median.*' "$W/b1-nographs.txt")"
+printf "%-34s %s / %s x realtime\n" "encode / decode 10 s, no graphs" "$(rtf "$W/b1-nographs.txt" encode 10)" "$(rtf "$W/b1-nographs.txt" decode 10)"
 printf "%-34s %s\n" "streaming step, batch 64" "$(grep -o 'encode median.*' "$W/b64.txt")"
+printf "%-34s %s\n" "  graphs (batch 64)" "$(grep -o 'graphs: .*' "$W/b64.txt")"
 printf "%-34s %s MiB\n" "peak device memory (nvidia-smi)" "$(sort -n "$MEMLOG" 2>/dev/null | tail -1)"
 if [ -n "$hf" ]; then
   echo "$hf" | python3 -c "
