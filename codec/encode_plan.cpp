@@ -40,6 +40,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   latent_.allocate(k_, {c.dimension, B * max_frames});
   first_in_.allocate(k_, {c.q_dimension, B * max_frames});
   rest_in_.allocate(k_, {c.q_dimension, B * max_frames});
+  rvq_work_.allocate(k_, {rvq_work_floats(c.q_dimension, B * max_frames, c.bins)});
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
   positions_dev_ = alloc_codes(k_, size_t(B));
   codes_.reserve(size_t(n_q) * size_t(B * max_frames));
@@ -207,10 +208,11 @@ void EncodePlan::encode_work() {
   k_.linear(D, Q, F, m_.acoustic.input_proj.data, latent_.ptr(), rest_in_.ptr());
   const int n_sem = std::min(n_q_, c.n_q_semantic), n_ac = n_q_ - n_sem;
   auto sem_e = book_ptrs(m_.semantic, n_sem, false), sem_n = book_ptrs(m_.semantic, n_sem, true);
-  k_.rvq_encode(Q, F, c.bins, n_sem, first_in_.ptr(), sem_e.data(), sem_n.data(), codes_dev_.get());
+  k_.rvq_encode(Q, F, c.bins, n_sem, first_in_.ptr(), sem_e.data(), sem_n.data(), codes_dev_.get(), rvq_work_.ptr());
   if (n_ac > 0) {
     auto ac_e = book_ptrs(m_.acoustic, n_ac, false), ac_n = book_ptrs(m_.acoustic, n_ac, true);
-    k_.rvq_encode(Q, F, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_dev_.get() + n_sem * F);
+    k_.rvq_encode(Q, F, c.bins, n_ac, rest_in_.ptr(), ac_e.data(), ac_n.data(), codes_dev_.get() + n_sem * F,
+                  rvq_work_.ptr());
   }
   rvq_timer.add_flops(2.0 * double(F) * (2.0 * D * Q + double(n_q_) * c.bins * Q));
 }

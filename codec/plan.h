@@ -166,6 +166,7 @@ class EncodePlan {
   std::vector<int64_t> offset_, frames_;  // per slot, of the last step
   int64_t total_ = 0;                     // frames of the last step
   Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;  // all slots side by side
+  Buffer rvq_work_;  // rvq_encode's scratch (kernels/ops.h rvq_work_floats)
   std::shared_ptr<int32_t> codes_dev_;  // [n_q, slots * max_frames] on the device
   std::vector<int32_t> codes_;          // the last step's codes in host memory
   SeanetSplit split_;

@@ -66,6 +66,9 @@ struct ConvTranspose1dShape {
   int64_t length_out() const { return (length_in - 1) * stride + kernel - trim_right(); }
 };
 
+// rvq_encode's workspace: the residual [Q, F], the dot products [bins, F] and |r|^2 [F].
+inline int64_t rvq_work_floats(int64_t Q, int64_t F, int64_t bins) { return (Q + bins + 1) * F; }
+
 #define MIMI_DECLARE_OPS                                                                        \
   /* C[M,N] = A[M,K] * B[K,N] (+ C if accumulate). Row strides lda, ldb, ldc. */                \
   void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,      \
@@ -125,9 +128,11 @@ struct ConvTranspose1dShape {
   /* Residual vector quantization of x [Q, F] with n codebooks, each [bins, Q]               \
      (codebooks[j]), sq_norms[j] [bins] = |e|^2. codes [n, F]. Distance in torch.cdist's      \
      matmul form d = sqrt(max(0, |r|^2 - 2 r.e + |e|^2)); argmin, ties to the lowest index;     \
-     the residual r_{k+1} = r_k - e_{c_k}. */                                                  \
+     the residual r_{k+1} = r_k - e_{c_k}. work: rvq_work_floats(Q, F, bins) floats of the     \
+     backend's memory, the op's scratch (it allocates nothing: a captured step cannot). */      \
   void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,               \
-                  const float* const* codebooks, const float* const* sq_norms, int32_t* codes); \
+                  const float* const* codebooks, const float* const* sq_norms, int32_t* codes,  \
+                  float* work);                                                                \
                                                                                                \
   /* Sum of codebook vectors in codebook order: y [Q, F] = sum_j codebooks[j][codes[j, f]].    \
      Codes must be in [0, bins). */                                                             \

@@ -291,8 +291,11 @@ TEST_CASE("gpu attention and rvq") {
     gpu::attention(H, Tq, Tk, hd, qs, ks, ctx, scale, dq.p, dk.p, dv.p, dout.p);
     expect_close(dout.host(), o, 1e-5, 1e-6);
   }
+  // F < 32: one block per frame; F >= 32: a GEMM per codebook, then one thread per frame
   for (auto [Q, F, bins, n] : {std::array<int64_t, 4>{1, 1, 1, 1}, {4, 7, 5, 3}, {16, 27, 64, 7}, {32, 9, 300, 4},
-                                                {300, 3, 20, 2}}) {  // Q > kThreads
+                                                {300, 3, 20, 2},  // Q > kThreads
+                                                {1, 32, 1, 1}, {8, 40, 64, 3}, {16, 70, 300, 4}, {5, 33, 7, 2}}) {
+    CAPTURE(Q); CAPTURE(F); CAPTURE(bins); CAPTURE(n);
     std::vector<std::vector<float>> books, norms;
     std::vector<std::unique_ptr<Dev>> dbooks, dnorms;
     std::vector<const float*> hb, hn, db, dn;
@@ -313,14 +316,29 @@ TEST_CASE("gpu attention and rvq") {
     }
     auto x = random_vec(size_t(Q * F), r);
     std::vector<int32_t> codes(size_t(n * F));
-    ref::rvq_encode(Q, F, bins, n, x.data(), hb.data(), hn.data(), codes.data());
-    Dev dx(x);
+    ref::rvq_encode(Q, F, bins, n, x.data(), hb.data(), hn.data(), codes.data(), nullptr);
+    Dev dx(x), work(size_t(rvq_work_floats(Q, F, bins)));
     int32_t* dc = gpu::alloc_i32(codes.size());
-    gpu::rvq_encode(Q, F, bins, n, dx.p, db.data(), dn.data(), dc);
+    gpu::rvq_encode(Q, F, bins, n, dx.p, db.data(), dn.data(), dc, work.p);
     std::vector<int32_t> got(codes.size());
     gpu::synchronize();
     gpu::download_i32(got.data(), dc, got.size());
     CHECK(got == codes);
+    CHECK(dx.host() == x);  // x is read only: the residual lives in the workspace
+    // a frame's codes do not depend on F or on the path (GEMM for F >= 32, per frame below)
+    for (auto [first, m] : {std::array<int64_t, 2>{0, 1}, {F - 1, 1}, {F / 3, std::min<int64_t>(F - F / 3, 33)}}) {
+      Dev part(columns(x, Q, F, first, m)), pwork(size_t(rvq_work_floats(Q, m, bins)));
+      int32_t* pc = gpu::alloc_i32(size_t(n * m));
+      gpu::rvq_encode(Q, m, bins, n, part.p, db.data(), dn.data(), pc, pwork.p);
+      std::vector<int32_t> pg(size_t(n * m));
+      gpu::synchronize();
+      gpu::download_i32(pg.data(), pc, pg.size());
+      gpu::release(pc);
+      int64_t differ = 0;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t f = 0; f < m; ++f) differ += pg[size_t(j * m + f)] != got[size_t(j * F + first + f)];
+      CHECK_MESSAGE(differ == 0, "columns " << first << ".." << first + m - 1);
+    }
     std::vector<float> y(size_t(Q * F));
     ref::rvq_decode(Q, F, bins, n, codes.data(), hb.data(), y.data());
     Dev dy(y.size());

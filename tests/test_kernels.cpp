@@ -508,8 +508,9 @@ TEST_CASE("rvq: encode and decode, cpu vs ref") {
       for (auto& n : norms) np.push_back(n.data());
       auto x = integer ? int_vec(size_t(c.Q * c.F), r) : random_vec(size_t(c.Q * c.F), r);
       std::vector<int32_t> cr(size_t(c.n * c.F)), cc(cr.size(), -1);
-      ref::rvq_encode(c.Q, c.F, c.bins, c.n, x.data(), bp.data(), np.data(), cr.data());
-      cpu::rvq_encode(c.Q, c.F, c.bins, c.n, x.data(), bp.data(), np.data(), cc.data());
+      std::vector<float> work(size_t(rvq_work_floats(c.Q, c.F, c.bins)), NAN);
+      ref::rvq_encode(c.Q, c.F, c.bins, c.n, x.data(), bp.data(), np.data(), cr.data(), nullptr);
+      cpu::rvq_encode(c.Q, c.F, c.bins, c.n, x.data(), bp.data(), np.data(), cc.data(), work.data());
       CHECK(cc == cr);
       if (integer && c.bins > 1)
         for (int32_t code : cc) CHECK(code != 1);  // row 1 ties with row 0, which wins
@@ -676,7 +677,9 @@ TEST_CASE("column invariance") {
       const std::string shape = " Q=" + std::to_string(c.Q) + " bins=" + std::to_string(c.bins);
       check_column_invariance("rvq_encode" + shape, c.F, [&](int64_t off, int64_t w) {
         std::vector<int32_t> codes(size_t(c.n * w));
-        cpu::rvq_encode(c.Q, w, c.bins, c.n, cols(x, c.F, off, w).data(), bp.data(), np.data(), codes.data());
+        std::vector<float> work(size_t(rvq_work_floats(c.Q, w, c.bins)));
+        cpu::rvq_encode(c.Q, w, c.bins, c.n, cols(x, c.F, off, w).data(), bp.data(), np.data(), codes.data(),
+                        work.data());
         return bits(codes);
       });
       std::vector<int32_t> codes(size_t(c.n * c.F));

@@ -1,5 +1,6 @@
 // CPU residual vector quantization: per codebook one GEMM dot[bins, F] = E[bins, Q] * r[Q, F],
 // then d = sqrt(max(0, |r|^2 - 2 dot + |e|^2)) and a column argmin (ties to the lowest index).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -9,18 +10,18 @@
 namespace mimi::cpu {
 
 void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
-                const float* const* codebooks, const float* const* sq_norms, int32_t* codes) {
-  thread_local std::vector<float> r, dot, rr;  // residual [Q, F], dot [bins, F], |r|^2 [F]; grow-only
-  r.assign(x, x + Q * F);
-  if (dot.size() < size_t(bins * F)) dot.resize(size_t(bins * F));
-  rr.resize(size_t(F));
-  const float* dotp = dot.data();  // (thread_local: name them here, workers have their own)
-  const float* rrp = rr.data();
+                const float* const* codebooks, const float* const* sq_norms, int32_t* codes, float* work) {
+  float* r = work;            // the residual [Q, F]
+  float* dot = r + Q * F;     // [bins, F]
+  float* rr = dot + bins * F;  // |r|^2 [F]
+  std::copy(x, x + Q * F, r);
+  const float* dotp = dot;
+  const float* rrp = rr;
   for (int64_t j = 0; j < n; ++j) {
     const float* E = codebooks[j];
     const float* ee = sq_norms[j];
-    gemm(bins, F, Q, E, Q, r.data(), F, dot.data(), F, false);
-    std::fill(rr.begin(), rr.end(), 0.0f);
+    gemm(bins, F, Q, E, Q, r, F, dot, F, false);
+    std::fill(rr, rr + F, 0.0f);
     for (int64_t q = 0; q < Q; ++q)
       for (int64_t f = 0; f < F; ++f) rr[f] += r[q * F + f] * r[q * F + f];
     parallel_for(F, 16, [&](int64_t f0, int64_t f1) {

@@ -1,9 +1,16 @@
-// GPU residual vector quantization. Encode: one block per frame walks the codebooks in order;
-// its threads compute the matmul-form distances over the bins and an argmin reduction (ties to
-// the lowest index), then update the residual kept in shared memory. Decode: one thread per
-// output element sums its codebook entries in codebook order. The codebook pointers travel in
-// the kernel arguments (at most 32 books): no allocation, no synchronization, capturable in a
-// graph.
+// GPU residual vector quantization.
+// Encode, many frames (F >= kGemmFrames: a batch or an offline chunk): per codebook, the dot
+// products of every entry with every residual are one GEMM, dot [bins, F] = E [bins, Q] *
+// r [Q, F], on the tiled kernel (gemm.cu), then one thread per frame takes |r|^2, the argmin of
+// d = sqrt(max(0, |r|^2 - 2 dot + |e|^2)) (ties to the lowest index) and updates its residual.
+// The codebook is read once per GEMM tile instead of once per frame.
+// Encode, few frames (a streaming step): one block per frame walks the codebooks; its threads
+// share the bins.
+// Both sum every dot product and |r|^2 with fmaf from 0 in q order (the GEMM's order) and pick
+// with the same rule, so a frame's codes do not depend on F or on the path: batched == alone.
+// Decode: one thread per output element sums its codebook entries in codebook order.
+// The codebook pointers travel in the kernel arguments (at most 32 books); the residual and the
+// dot products live in the caller's workspace: no allocation, no synchronization, capturable.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
 
@@ -12,6 +19,8 @@ namespace mimi::gpu {
 namespace {
 
 constexpr int kMaxBooks = 32;
+constexpr int64_t kGemmFrames = 32;  // the tiled GEMM's smallest side (gemm_tile.h kMinSide)
+constexpr int kNoBin = 0x7fffffff;   // "none yet"; a frame whose every distance is NaN gets bin 0
 struct Books {  // passed by value
   const float* p[kMaxBooks];
 };
@@ -36,12 +45,12 @@ __global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n,
     const float* E = books.p[j];
     const float* ee = norms.p[j];
     float rr = 0.0f;
-    for (int64_t q = 0; q < Q; ++q) rr += r[q] * r[q];
+    for (int64_t q = 0; q < Q; ++q) rr = fmaf(r[q], r[q], rr);
     float bd = INFINITY;
-    int bi = 0x7fffffff;
+    int bi = kNoBin;
     for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) {
       float dot = 0.0f;
-      for (int64_t q = 0; q < Q; ++q) dot += r[q] * E[b * Q + q];
+      for (int64_t q = 0; q < Q; ++q) dot = fmaf(E[b * Q + q], r[q], dot);
       const float d = sqrtf(fmaxf(0.0f, rr - 2.0f * dot + ee[b]));
       if (d < bd || (d == bd && int(b) < bi)) bd = d, bi = int(b);
     }
@@ -57,11 +66,30 @@ __global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n,
       }
       __syncthreads();
     }
-    const int best = best_i[0];
+    const int best = best_i[0] == kNoBin ? 0 : best_i[0];
     if (threadIdx.x == 0) codes[j * F + f] = best;
     for (int64_t q = threadIdx.x; q < Q; q += blockDim.x) r[q] -= E[int64_t(best) * Q + q];
     __syncthreads();
   }
+}
+
+// One thread per frame f, after the GEMM of codebook E: |r|^2, the argmin over dot's column f,
+// the code, and the residual update.
+__global__ void rvq_pick_kernel(int64_t Q, int64_t F, int64_t bins, const float* dot, const float* E, const float* ee,
+                                float* r, int32_t* codes) {
+  const int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (f >= F) return;
+  float rr = 0.0f;
+  for (int64_t q = 0; q < Q; ++q) rr = fmaf(r[q * F + f], r[q * F + f], rr);
+  float bd = INFINITY;
+  int bi = kNoBin;
+  for (int64_t b = 0; b < bins; ++b) {
+    const float d = sqrtf(fmaxf(0.0f, rr - 2.0f * dot[b * F + f] + ee[b]));
+    if (d < bd || (d == bd && int(b) < bi)) bd = d, bi = int(b);
+  }
+  const int best = bi == kNoBin ? 0 : bi;
+  codes[f] = best;
+  for (int64_t q = 0; q < Q; ++q) r[q * F + f] -= E[int64_t(best) * Q + q];
 }
 
 __global__ void rvq_decode_kernel(int64_t Q, int64_t F, int64_t n, const int32_t* codes, Books books, float* y) {
@@ -76,8 +104,20 @@ __global__ void rvq_decode_kernel(int64_t Q, int64_t F, int64_t n, const int32_t
 }  // namespace
 
 void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x, const float* const* codebooks,
-                const float* const* sq_norms, int32_t* codes) {
+                const float* const* sq_norms, int32_t* codes, float* work) {
   if (F <= 0 || n <= 0) return;
+  if (F >= kGemmFrames) {
+    float* r = work;         // [Q, F]
+    float* dot = r + Q * F;  // [bins, F]
+    copy2d(r, F, x, F, F, Q);
+    for (int64_t j = 0; j < n; ++j) {
+      gemm(bins, F, Q, codebooks[j], Q, r, F, dot, F, false);
+      MIMI_LAUNCH(rvq_pick_kernel, blocks_for(F), kThreads, 0, current_stream(), Q, F, bins, dot, codebooks[j],
+                  sq_norms[j], r, codes + j * F);
+      check_launch("rvq_encode (pick)");
+    }
+    return;
+  }
   const size_t shared = size_t(Q + 1 + 2 * kThreads) * sizeof(float);
   MIMI_LAUNCH(rvq_encode_kernel, unsigned(F), kThreads, shared, current_stream(), Q, F, bins, n, x, books_arg(codebooks, n),
               books_arg(sq_norms, n), codes);

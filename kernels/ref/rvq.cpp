@@ -7,8 +7,9 @@
 namespace mimi::ref {
 
 void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
-                const float* const* codebooks, const float* const* sq_norms, int32_t* codes) {
+                const float* const* codebooks, const float* const* sq_norms, int32_t* codes, float* work) {
   (void)sq_norms;  // the reference recomputes |e|^2 itself
+  (void)work;      // and keeps its own residual
   std::vector<float> r(static_cast<size_t>(Q));
   for (int64_t f = 0; f < F; ++f) {
     for (int64_t q = 0; q < Q; ++q) r[q] = x[q * F + f];
