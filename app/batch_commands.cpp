@@ -19,6 +19,7 @@
 #include "app/decode_output.h"
 #include "app/file_io.h"
 #include "app/pipeline.h"
+#include "app/read_ahead.h"
 #include "codec/batch.h"
 
 namespace mimi::app {
@@ -30,24 +31,16 @@ struct BatchInput {
   std::string path;
   int channel = -1;  // -1: the downmix
   std::unique_ptr<MonoSource> src;
-  std::vector<float> block;  // samples the source gave that the slot has not taken yet
-  size_t used = 0;
+  std::unique_ptr<ReadAhead> ahead;  // reads src ahead on the run's reader threads (destroyed first)
   int64_t samples = 0;
-  bool ended = false, read_failed = false;
+  bool read_failed = false;
   std::string output;  // its token file
   double t0 = 0;
 
   int64_t read(float* dst, int64_t n) {
     read_failed = true;  // until the source answers: its exception is the item's error as it is
-    while (used == block.size() && !ended) {  // the resampler may hand out empty blocks while it fills
-      block.clear();
-      used = 0;
-      ended = !src->next(block);
-    }
+    const int64_t k = ahead->read(dst, n);
     read_failed = false;
-    const int64_t k = std::min<int64_t>(n, int64_t(block.size() - used));
-    std::copy_n(block.begin() + int64_t(used), k, dst);
-    used += size_t(k);
     samples += k;
     return k;
   }
@@ -115,6 +108,9 @@ int App::encode_batched(const EncodeOptions& o) {
   // The queue: inputs in order; a --split-channels input becomes its channels when it is reached.
   std::deque<std::pair<std::string, int>> queue;
   for (const std::string& in : o.inputs) queue.emplace_back(in, o.split_channels ? -2 : -1);
+  // the inputs' next chunks are read while the slots compute (declared first: it outlives them)
+  ReaderPool readers(o.readers);
+  const int64_t chunk_samples = eng.options().chunk_frames * eng.config().frame_size();
   std::map<size_t, std::unique_ptr<BatchInput>> open;  // by item id
   size_t next_id = 0;
   OutputClaims claims;
@@ -142,6 +138,8 @@ int App::encode_batched(const EncodeOptions& o) {
             claim_output(encoded_output(o, in, ch), in);
             bi->t0 = monotonic_seconds();
             bi->src = std::make_unique<MonoSource>(in, rate, AudioSpan{0, -1, ch});
+            bi->ahead = std::make_unique<ReadAhead>([src = bi->src.get()](std::vector<float>& b) { return src->next(b); },
+                                                    readers, chunk_samples);
             BatchInput* p = bi.get();
             item.id = next_id++;
             item.read = [p](float* dst, int64_t n) { return p->read(dst, n); };

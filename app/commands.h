@@ -42,6 +42,7 @@ struct EncodeOptions {
   std::string format;  // empty: from the output extension, else mimi
   bool split_channels = false;
   int batch = 1;  // inputs encoded at once through one batched plan (codec/batch.h)
+  int readers = 2;  // with batch > 1: threads reading the inputs ahead of the slots (app/read_ahead.h)
   bool stream = false;
   std::string raw_format;
   int raw_rate = 24000, raw_channels = 1;

@@ -83,6 +83,11 @@ int main(int argc, char** argv) {
                 "every file's codes are exactly those it gets alone")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  e->add_option("--readers", enc.readers,
+                "With --batch: threads that read, downmix and resample the inputs' next chunks while the slots "
+                "compute (0: read between steps)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   e->add_flag("--stream", enc.stream,
               "Real-time pipe mode: read PCM as it arrives (WAV, or raw with --raw-format) and write each "
               "frame's codes (.mimi chunk or text line) as soon as it is complete");
@@ -202,6 +207,11 @@ int main(int argc, char** argv) {
                  "same as one at a time")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  de->add_option("--readers", ds_enc.readers,
+                 "With --batch: threads that read, downmix and resample the items' next chunks while the slots "
+                 "compute (0: read between steps)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   de->add_option("--weights", common.weights, "Weights, as for encode [default: $MIMI_WEIGHTS, then the HF cache]");
   de->add_option("--config", common.config, "Model config JSON, as for encode");
   de->add_option("--device", common.device, "cpu, cuda[:i] or hip[:i]")->capture_default_str();

@@ -19,6 +19,7 @@ struct EncodeShardOptions {
   int sync_items = 64;        // journal fsync batch
   double sync_seconds = 10;   // ... or this often
   int batch = 1;              // items encoded at once in the slots of one batched plan (app/dataset/slots.h)
+  int readers = 2;            // with batch > 1: threads reading the items ahead of the slots (app/read_ahead.h)
   bool quiet = false;
 };
 // Returns the exit code (0: the shard is done). Throws Error for a failed shard (too many errors:

@@ -277,7 +277,7 @@ int encode_shard(const EncodeShardOptions& o) {
       };
       if (o.batch > 1) {
         reserve_open_files(o.batch + 16);  // every slot holds its item's file open
-        encode_items_batched(eng, o.n_q, o.batch, items, order, rate, add_result);
+        encode_items_batched(eng, o.n_q, o.batch, items, order, rate, add_result, o.readers);
       } else {
         Prefetcher pre(items, order, rate, kPrefetchSamples);
         for (size_t i : order) {

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "app/pipeline.h"
+#include "app/read_ahead.h"
 #include "codec/batch.h"
 #include "codec/error.h"
 
@@ -16,27 +17,19 @@ namespace {
 struct SlotSource {
   size_t index = 0;
   std::unique_ptr<MonoSource> src;
-  std::vector<float> block;
-  size_t used = 0;
-  bool ended = false;
+  std::unique_ptr<ReadAhead> ahead;  // reads src ahead on the reader threads (destroyed first)
   ItemResult result;
 
   int64_t read(float* dst, int64_t n) {
+    int64_t k = 0;
     try {
-      while (used == block.size() && !ended) {
-        block.clear();
-        used = 0;
-        ended = !src->next(block);
-      }
+      k = ahead->read(dst, n);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::Input) throw;
       result.error_stage = "read";
       result.error = e.what();
       throw;
     }
-    const int64_t k = std::min<int64_t>(n, int64_t(block.size() - used));
-    std::copy_n(block.begin() + int64_t(used), k, dst);
-    used += size_t(k);
     result.audio.samples += k;
     return k;
   }
@@ -46,7 +39,9 @@ struct SlotSource {
 
 void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Item>& items,
                           const std::vector<size_t>& order, int model_rate,
-                          const std::function<void(size_t, ItemResult&&)>& done) {
+                          const std::function<void(size_t, ItemResult&&)>& done, int readers) {
+  ReaderPool pool(readers);  // declared first: it outlives the open items
+  const int64_t chunk_samples = eng.options().chunk_frames * eng.config().frame_size();
   size_t next = 0;                                  // into order: the next item to hand out
   size_t emit = 0;                                  // into order: the next result to hand back
   std::map<size_t, std::unique_ptr<SlotSource>> open;  // by order position
@@ -74,6 +69,8 @@ void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Ite
             finished(pos, std::move(r));
             continue;
           }
+          s->ahead = std::make_unique<ReadAhead>([src = s->src.get()](std::vector<float>& b) { return src->next(b); },
+                                                 pool, chunk_samples);
           s->result.audio.source_rate = s->src->source_rate();
           s->result.audio.source_channels = s->src->source_channels();
           SlotSource* p = s.get();

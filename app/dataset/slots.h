@@ -27,6 +27,6 @@ struct ItemResult {
 // (device, memory) propagates.
 void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Item>& items,
                           const std::vector<size_t>& order, int model_rate,
-                          const std::function<void(size_t, ItemResult&&)>& done);
+                          const std::function<void(size_t, ItemResult&&)>& done, int readers = 2);
 
 }  // namespace mimi::app::dataset
