@@ -33,6 +33,14 @@ struct GraphOps {
   void (*graph_destroy)(void* graph);
 };
 
+// Optional fused ops (kernels/gpu/ops.h): each gives bitwise the result of the ops it replaces,
+// so a plan uses them where the backend has them and composes the plain ops elsewhere.
+struct FusedOps {
+  void (*linear_gelu)(int64_t in, int64_t out, int64_t T, const float* W, const float* x, float* y);
+  void (*linear_scale_add)(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* scale,
+                           float* y);
+};
+
 // The ops of kernels/ops.h as a table, so plans are written once for every backend.
 struct Kernels {
   decltype(&cpu::gemm) gemm;
@@ -63,6 +71,7 @@ struct Kernels {
   decltype(&cpu::download_i32) download_i32;
   bool host_memory = true;  // device pointers are host pointers (no transfers needed)
   const GraphOps* graphs = nullptr;  // nullptr: no streams or graphs (the CPU backends)
+  const FusedOps* fused = nullptr;   // nullptr: the plans compose the plain ops
 };
 
 // Throws Error(Device) for a backend this build lacks or a device that is not present:

@@ -209,13 +209,21 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
       const double window = double(std::min<int64_t>(Tk, c.context));
       t.add_flops(4.0 * double(T) * window * double(D));
     }
-    k.linear(D, D, Tt, L.out_proj.data, s.o.ptr(), s.h.ptr());
-    k.layer_scale_add(D, Tt, L.scale1.data, s.h.ptr(), x);
-    k.layer_norm(D, Tt, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
-    k.linear(D, FF, Tt, L.linear1.data, s.h.ptr(), s.ff.ptr());
-    k.gelu_erf(FF * Tt, s.ff.ptr(), s.ff.ptr());
-    k.linear(FF, D, Tt, L.linear2.data, s.ff.ptr(), s.o.ptr());
-    k.layer_scale_add(D, Tt, L.scale2.data, s.o.ptr(), x);
+    // x += scale1 * out_proj(o); h = norm2(x); ff = gelu(linear1(h)); x += scale2 * linear2(ff)
+    if (k.fused) {  // the same bits without the passes over the intermediate results
+      k.fused->linear_scale_add(D, D, Tt, L.out_proj.data, s.o.ptr(), L.scale1.data, x);
+      k.layer_norm(D, Tt, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
+      k.fused->linear_gelu(D, FF, Tt, L.linear1.data, s.h.ptr(), s.ff.ptr());
+      k.fused->linear_scale_add(FF, D, Tt, L.linear2.data, s.ff.ptr(), L.scale2.data, x);
+    } else {
+      k.linear(D, D, Tt, L.out_proj.data, s.o.ptr(), s.h.ptr());
+      k.layer_scale_add(D, Tt, L.scale1.data, s.h.ptr(), x);
+      k.layer_norm(D, Tt, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
+      k.linear(D, FF, Tt, L.linear1.data, s.h.ptr(), s.ff.ptr());
+      k.gelu_erf(FF * Tt, s.ff.ptr(), s.ff.ptr());
+      k.linear(FF, D, Tt, L.linear2.data, s.ff.ptr(), s.o.ptr());
+      k.layer_scale_add(D, Tt, L.scale2.data, s.o.ptr(), x);
+    }
     t.add_flops(2.0 * double(Tt) * (4.0 * D * D + 2.0 * D * FF));
   }
 }

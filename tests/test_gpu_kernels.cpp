@@ -8,6 +8,7 @@
 #include <cmath>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -125,6 +126,37 @@ TEST_CASE("gpu gemm: a column's value does not depend on N or on the kernel") {
       INFO("n " << n << " first column " << first);
       CHECK(count_differ(narrow.host(), all, M, N, first, n) == 0);
     }
+  }
+}
+
+TEST_CASE("gpu fused linear epilogues: bitwise the unfused ops") {
+  // linear_gelu == linear then gelu_erf; linear_scale_add == linear then layer_scale_add; on the
+  // small kernel (T < 32), the tiled one, and unaligned rows (in = 30: no float4 loads)
+  Rng r(12);
+  for (auto [in, out, T] : {std::array<int64_t, 3>{1, 1, 1}, {16, 24, 3}, {64, 96, 40}, {30, 70, 33}, {128, 64, 128}}) {
+    INFO("in " << in << " out " << out << " T " << T);
+    auto W = random_vec(size_t(out * in), r), x = random_vec(size_t(in * T), r, -3, 3);
+    auto scale = random_vec(size_t(out), r), y0 = random_vec(size_t(out * T), r);
+    Dev w(W), dx(x), ds(scale);
+    Dev plain(size_t(out * T)), fused(size_t(out * T));
+    gpu::linear(in, out, T, w.p, dx.p, plain.p);
+    gpu::gelu_erf(out * T, plain.p, plain.p);
+    gpu::linear_gelu(in, out, T, w.p, dx.p, fused.p);
+    const auto gp = plain.host(), gf = fused.host();
+    CHECK(std::memcmp(gp.data(), gf.data(), gp.size() * sizeof(float)) == 0);
+    Dev h(size_t(out * T)), ya(y0), yb(y0);
+    gpu::linear(in, out, T, w.p, dx.p, h.p);
+    gpu::layer_scale_add(out, T, ds.p, h.p, ya.p);
+    gpu::linear_scale_add(in, out, T, w.p, dx.p, ds.p, yb.p);
+    const auto sa = ya.host(), sb = yb.host();
+    CHECK(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)) == 0);
+    // and against the reference ops
+    std::vector<float> ref_h(size_t(out * T)), ref_y = y0;
+    ref::linear(in, out, T, W.data(), x.data(), ref_h.data());
+    ref::layer_scale_add(out, T, scale.data(), ref_h.data(), ref_y.data());
+    expect_close(sb, ref_y, 1e-5, 1e-5);
+    ref::gelu_erf(out * T, ref_h.data(), ref_h.data());
+    expect_close(gf, ref_h, 1e-5, 1e-5);
   }
 }
 

@@ -1,6 +1,8 @@
 // GPU activations.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
+// after vendor.h
+#include "kernels/gpu/epilogue.h"
 
 namespace mimi::gpu {
 namespace {
@@ -12,7 +14,7 @@ __global__ void elu_kernel(int64_t n, const float* x, float* y) {
 
 __global__ void gelu_kernel(int64_t n, const float* x, float* y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+  if (i < n) y[i] = gelu_erf_value(x[i]);
 }
 
 }  // namespace

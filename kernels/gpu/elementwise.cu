@@ -1,6 +1,8 @@
 // GPU residual adds and bias.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
+// after vendor.h
+#include "kernels/gpu/epilogue.h"
 
 namespace mimi::gpu {
 namespace {
@@ -17,7 +19,7 @@ __global__ void bias_kernel(int64_t C, int64_t T, const float* bias, float* y) {
 
 __global__ void scale_kernel(int64_t C, int64_t T, const float* scale, const float* x, float* y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < C * T) y[i] += scale[i / T] * x[i];
+  if (i < C * T) y[i] = scale_add_value(y[i], scale[i / T], x[i]);
 }
 
 }  // namespace

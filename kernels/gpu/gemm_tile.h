@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/gpu/epilogue.h"
+
 namespace mimi::gpu::tile {
 
 constexpr int kBM = 64, kBN = 64, kBK = 16;  // block tile of C, and K per step
@@ -73,6 +75,26 @@ struct MatrixC {
     float* c = p + row * ld + col;
     const float v = bias ? sum + bias[row] : sum;
     *c = accumulate ? *c + v : v;
+  }
+};
+
+// Fused epilogues (kernels/gpu/epilogue.h has the formulas the unfused kernels share):
+// C[row, col] = gelu_erf(sum): a linear layer and its GELU in one pass.
+struct GeluC {
+  float* p;
+  int64_t ld;
+  __device__ __forceinline__ void store(int64_t row, int64_t col, float sum) const {
+    p[row * ld + col] = gelu_erf_value(sum);
+  }
+};
+// C[row, col] += scale[row] * sum: a linear layer and its layer-scaled residual add in one pass.
+struct ScaleAddC {
+  float* p;
+  int64_t ld;
+  const float* scale;  // [M]
+  __device__ __forceinline__ void store(int64_t row, int64_t col, float sum) const {
+    float* c = p + row * ld + col;
+    *c = scale_add_value(*c, scale[row], sum);
   }
 };
 

@@ -14,6 +14,14 @@ namespace mimi::gpu {
 MIMI_DECLARE_OPS
 MIMI_DECLARE_MEMORY_OPS  // device memory
 
+// Fused linear layers (codec/device.h FusedOps): bitwise linear() followed by gelu_erf() or by
+// layer_scale_add(), without the pass over the intermediate [out, T] result.
+//   y [out, T] = gelu_erf(W [out, in] * x [in, T])
+void linear_gelu(int64_t in, int64_t out, int64_t T, const float* W, const float* x, float* y);
+//   y [out, T] += scale[out] * (W [out, in] * x [in, T])
+void linear_scale_add(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* scale,
+                      float* y);
+
 int device_count();  // 0 when there is no usable device (never throws)
 void set_device(int index);
 std::string device_name(int index);  // the runtime's name for it; throws Error(Device)
