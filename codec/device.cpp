@@ -22,7 +22,7 @@ const Kernels kRef{MIMI_OP_TABLE(ref), ref::resblock, MIMI_MEMORY_TABLE(cpu), tr
 const GraphOps kGpuGraphs{gpu::stream_create, gpu::stream_destroy, gpu::set_stream,  gpu::capture_begin,
                           gpu::capture_end,   gpu::capture_abort,  gpu::graph_launch, gpu::graph_destroy};
 // no fused resblock on the GPU: the plans compose it from the ops
-const FusedOps kGpuFused{gpu::linear_gelu, gpu::linear_scale_add};
+const FusedOps kGpuFused{gpu::linear_gelu, gpu::linear_scale_add, gpu::layer_norm_linear};
 const Kernels kGpu{MIMI_OP_TABLE(gpu), nullptr, MIMI_MEMORY_TABLE(gpu), false, &kGpuGraphs, &kGpuFused};
 #endif
 

@@ -39,6 +39,8 @@ struct FusedOps {
   void (*linear_gelu)(int64_t in, int64_t out, int64_t T, const float* W, const float* x, float* y);
   void (*linear_scale_add)(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* scale,
                            float* y);
+  void (*layer_norm_linear)(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* gamma,
+                            const float* beta, float eps, bool gelu, float* stats, float* y);
 };
 
 // The ops of kernels/ops.h as a table, so plans are written once for every backend.

@@ -90,6 +90,7 @@ struct Scratch {
   Buffer h, qkv, o, ff;       // transformer: [D,T], [3D,T], [D,T], [FF,T]
   Buffer kbuf, vbuf;          // [D, context-1 + T]: cached then new keys/values
   Buffer qs, ks, os;          // one slot's queries, keys (RoPE applied) and attention output [D, T]
+  Buffer stats;               // [2, T]: LayerNorm's column statistics, for a fused layer_norm_linear
 };
 
 // The stream state of one encode slot.

@@ -180,8 +180,13 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
   const float* vn = kn + D * Tt;
   for (size_t l = 0; l < layers.size(); ++l) {
     const TransformerLayer& L = layers[l];
-    k.layer_norm(D, Tt, x, L.norm1_w.data, L.norm1_b.data, float(c.norm_eps), s.h.ptr());
-    k.linear(D, 3 * D, Tt, L.in_proj.data, s.h.ptr(), s.qkv.ptr());
+    if (k.fused)  // the norm applied as the GEMM reads x: the same bits, without writing h
+      k.fused->layer_norm_linear(D, 3 * D, Tt, L.in_proj.data, x, L.norm1_w.data, L.norm1_b.data, float(c.norm_eps),
+                                 false, s.stats.ptr(), s.qkv.ptr());
+    else {
+      k.layer_norm(D, Tt, x, L.norm1_w.data, L.norm1_b.data, float(c.norm_eps), s.h.ptr());
+      k.linear(D, 3 * D, Tt, L.in_proj.data, s.h.ptr(), s.qkv.ptr());
+    }
     for (const TfSegment& seg : segments) {
       TransformerState& st = *seg.state;
       const int64_t T = seg.length, o = seg.offset, cached = st.cached, Tk = cached + T;
@@ -212,8 +217,8 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
     // x += scale1 * out_proj(o); h = norm2(x); ff = gelu(linear1(h)); x += scale2 * linear2(ff)
     if (k.fused) {  // the same bits without the passes over the intermediate results
       k.fused->linear_scale_add(D, D, Tt, L.out_proj.data, s.o.ptr(), L.scale1.data, x);
-      k.layer_norm(D, Tt, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps), s.h.ptr());
-      k.fused->linear_gelu(D, FF, Tt, L.linear1.data, s.h.ptr(), s.ff.ptr());
+      k.fused->layer_norm_linear(D, FF, Tt, L.linear1.data, x, L.norm2_w.data, L.norm2_b.data, float(c.norm_eps),
+                                 true, s.stats.ptr(), s.ff.ptr());
       k.fused->linear_scale_add(FF, D, Tt, L.linear2.data, s.ff.ptr(), L.scale2.data, x);
     } else {
       k.linear(D, D, Tt, L.out_proj.data, s.o.ptr(), s.h.ptr());
@@ -293,6 +298,7 @@ void size_transformer(const Kernels& k, Scratch& s, const Config& c, int64_t slo
   s.qs.allocate(k, {D, slot_T});
   s.ks.allocate(k, {D, slot_T});
   s.os.allocate(k, {D, slot_T});
+  s.stats.allocate(k, {2, total_T});
 }
 
 void init_state(const Kernels& k, TransformerState& st, const Config& c, size_t layers) {

@@ -157,6 +157,18 @@ TEST_CASE("gpu fused linear epilogues: bitwise the unfused ops") {
     expect_close(sb, ref_y, 1e-5, 1e-5);
     ref::gelu_erf(out * T, ref_h.data(), ref_h.data());
     expect_close(gf, ref_h, 1e-5, 1e-5);
+    // layer_norm_linear == layer_norm then linear (or linear_gelu); in = the normalized channels
+    auto gamma = random_vec(size_t(in), r), beta = random_vec(size_t(in), r);
+    Dev dgam(gamma), dbet(beta), normed(size_t(in * T)), stats(size_t(2 * T));
+    gpu::layer_norm(in, T, dx.p, dgam.p, dbet.p, 1e-5f, normed.p);
+    for (bool gelu : {false, true}) {
+      Dev unfused(size_t(out * T)), fused_ln(size_t(out * T));
+      if (gelu) gpu::linear_gelu(in, out, T, w.p, normed.p, unfused.p);
+      else gpu::linear(in, out, T, w.p, normed.p, unfused.p);
+      gpu::layer_norm_linear(in, out, T, w.p, dx.p, dgam.p, dbet.p, 1e-5f, gelu, stats.p, fused_ln.p);
+      const auto u = unfused.host(), f = fused_ln.host();
+      CHECK_MESSAGE(std::memcmp(u.data(), f.data(), u.size() * sizeof(float)) == 0, "layer_norm_linear gelu " << gelu);
+    }
   }
 }
 
@@ -274,14 +286,23 @@ TEST_CASE("gpu elementwise, layer norm, rope") {
     gpu::add_inplace(n, dx.p, dy.p);
     expect_close(dy.host(), a, 0, 1e-6);
   }
-  for (auto [C, T] : {std::array<int64_t, 2>{1, 1}, {5, 3}, {512, 7}, {17, 200}}) {
+  // LayerNorm blocks own 32 columns: partial last blocks, C below and above the 8 lanes
+  for (auto [C, T] : {std::array<int64_t, 2>{1, 1}, {5, 3}, {512, 7}, {17, 200}, {3, 32}, {7, 33}, {512, 65}}) {
+    CAPTURE(C); CAPTURE(T);
     auto x = random_vec(size_t(C * T), r, -3, 3), gm = random_vec(size_t(C), r), bt = random_vec(size_t(C), r);
     auto y0 = random_vec(size_t(C * T), r);
     std::vector<float> y(x.size());
     ref::layer_norm(C, T, x.data(), gm.data(), bt.data(), 1e-5f, y.data());
     Dev dx(x), dg(gm), db(bt), dy(y.size());
     gpu::layer_norm(C, T, dx.p, dg.p, db.p, 1e-5f, dy.p);
-    expect_close(dy.host(), y, 1e-5, 1e-5);
+    const auto whole = dy.host();
+    expect_close(whole, y, 1e-5, 1e-5);
+    // column-invariant: a column range alone gives the whole's bits (batched == alone)
+    for (auto [first, n] : {std::array<int64_t, 2>{0, 1}, {T - 1, 1}, {T / 2, T - T / 2}}) {
+      Dev part(columns(x, C, T, first, n)), out(size_t(C * n));
+      gpu::layer_norm(C, n, part.p, dg.p, db.p, 1e-5f, out.p);
+      CHECK(count_differ(out.host(), whole, C, T, first, n) == 0);
+    }
     auto a = y0, c = y0;
     ref::layer_scale_add(C, T, gm.data(), x.data(), a.data());
     ref::bias_add(C, T, bt.data(), c.data());

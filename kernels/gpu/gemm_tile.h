@@ -164,4 +164,43 @@ void launch(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
   MIMI_LAUNCH(gemm_tile, grid, kThreads, 0, current_stream(), M, N, K, a, b, c);
 }
 
+// ---- small outputs (a streaming step's few columns): one output per thread, 16 x 16 tiles ----
+
+constexpr int kSmallTile = 16;
+
+template <class BOp, class COp>
+__global__ void gemm_small_kernel(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b, COp c) {
+  __shared__ float As[kSmallTile][kSmallTile];
+  __shared__ float Bs[kSmallTile][kSmallTile];
+  const int64_t row = int64_t(blockIdx.y) * kSmallTile + threadIdx.y, col = int64_t(blockIdx.x) * kSmallTile + threadIdx.x;
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += kSmallTile) {
+    const int64_t ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+    As[threadIdx.y][threadIdx.x] = row < M && ka < K ? A[row * lda + ka] : 0.0f;
+    Bs[threadIdx.y][threadIdx.x] = kb < K && col < N ? b.at(kb, col) : 0.0f;
+    __syncthreads();
+    const int kn = K - k0 < kSmallTile ? int(K - k0) : kSmallTile;  // no padding terms: exactly K terms
+    for (int k = 0; k < kn; ++k) acc = fmaf(As[threadIdx.y][k], Bs[k][threadIdx.x], acc);
+    __syncthreads();
+  }
+  if (row < M && col < N) c.store(row, col, acc);
+}
+
+// C[M,N] = A[M,K] (row stride lda) * B (through the loader b) into the store c, on the kernel
+// for the size: the tiled one for M, N >= kMinSide, else the small one. Both sum the same way,
+// so a column's bits do not depend on which runs. The caller checks the launch.
+template <class BOp, class COp>
+void gemm_with(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b, COp c) {
+  if (M <= 0 || N <= 0) return;
+  if (M >= kMinSide && N >= kMinSide) {
+    if (aligned16(A, lda)) launch(M, N, K, Matrix<true>{A, lda}, b, c);
+    else launch(M, N, K, Matrix<false>{A, lda}, b, c);
+  } else {
+    const dim3 block(kSmallTile, kSmallTile);
+    const dim3 grid(unsigned((N + kSmallTile - 1) / kSmallTile), unsigned((M + kSmallTile - 1) / kSmallTile));
+    const auto small = &gemm_small_kernel<BOp, COp>;  // a template-id cannot pass through the launch macro
+    MIMI_LAUNCH(small, grid, block, 0, current_stream(), M, N, K, A, lda, b, c);
+  }
+}
+
 }  // namespace mimi::gpu::tile

@@ -22,6 +22,11 @@ void linear_gelu(int64_t in, int64_t out, int64_t T, const float* W, const float
 void linear_scale_add(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* scale,
                       float* y);
 
+//   y [out, T] = W [out, in] * layer_norm(x [in, T]) (gelu: then gelu_erf), bitwise layer_norm
+//   then linear (linear_gelu); stats: [2, T] floats of workspace (the columns' mean and 1/std)
+void layer_norm_linear(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* gamma,
+                       const float* beta, float eps, bool gelu, float* stats, float* y);
+
 int device_count();  // 0 when there is no usable device (never throws)
 void set_device(int index);
 std::string device_name(int index);  // the runtime's name for it; throws Error(Device)
