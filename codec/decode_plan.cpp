@@ -44,6 +44,9 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   upsampled_.allocate(k_, {c.dimension, B * T25});
   tf_out_.allocate(k_, {c.dimension, B * T25});
   output_.allocate(k_, {1, B * T});
+  codes_stage_.allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames));
+  positions_stage_.allocate(k_, positions_dev_.get(), size_t(B));
+  output_stage_.allocate(k_, output_.ptr(), size_t(B * T));
   offset_.assign(size_t(B), 0);
   frames_.assign(size_t(B), 0);
   // stream state, per slot
@@ -122,17 +125,23 @@ void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
   for (int s = 0; s < slots(); ++s)
     for (int k = 0; k < n_q_; ++k)
       std::copy_n(codes[s] + k * frames_[size_t(s)], frames_[size_t(s)], codes_.begin() + k * F + offset_[size_t(s)]);
-  k_.upload_i32(codes_dev_.get(), codes_.data(), size_t(n_q_) * size_t(F));
+  std::copy_n(codes_.data(), size_t(n_q_) * size_t(F), codes_stage_.host());  // copied with the step
   std::vector<const TransformerState*> tf;
   bool all_steady = profile_ == nullptr;
   for (int b = 0; b < slots(); ++b) {
     tf.push_back(&streams_[size_t(b)].tf);
     if (frames_[size_t(b)] > 0) all_steady = all_steady && steady(streams_[size_t(b)].tf, c);
   }
-  upload_positions(k_, tf, max_frames_ * ds, positions_, positions_dev_.get());
-  graphs_.run(frames_, all_steady, [&] { decode_work(); });
+  stage_positions(tf, max_frames_ * ds, positions_stage_.host());
+  graphs_.run(frames_, all_steady, [&] {  // the transfers in, the compute, the samples out: one graph
+    codes_stage_.to_device(size_t(n_q_) * size_t(F));
+    positions_stage_.to_device(size_t(slots()));
+    decode_work();
+    output_stage_.to_host(size_t(F * frame_size_));
+  });
   for (int b = 0; b < slots(); ++b)
     if (frames_[size_t(b)] > 0) advance(streams_[size_t(b)].tf, frames_[size_t(b)] * ds, c);
+  graphs_.synchronize();
 }
 
 // A step's device work: the codes (uploaded) -> the samples of output_.
@@ -204,7 +213,11 @@ void DecodePlan::seanet(int slot) {
   }
 }
 
-const Buffer& DecodePlan::output() const { return host_copy(k_, output_, host_copies_, "output"); }
+const Buffer& DecodePlan::output() const {
+  if (k_.host_memory) return output_;
+  output_view_.view(output_stage_.host(), output_.capacity(), output_.shape);  // the step copied it there
+  return output_view_;
+}
 
 void DecodePlan::block(DecodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T) {
   const DecoderStage& stage = m_.dec[b];

@@ -31,6 +31,12 @@ struct GraphOps {
   void (*capture_abort)(void* stream);
   void (*graph_launch)(void* graph, void* stream);
   void (*graph_destroy)(void* graph);
+  void (*stream_synchronize)(void* stream);
+  // pinned host memory, and async copies with it on the current stream (capturable)
+  void* (*host_alloc)(size_t bytes);
+  void (*host_free)(void* p);
+  void (*copy_to_device_async)(void* dst, const void* host_src, size_t bytes);
+  void (*copy_to_host_async)(void* host_dst, const void* src, size_t bytes);
 };
 
 // Optional fused ops (kernels/gpu/ops.h): each gives bitwise the result of the ops it replaces,

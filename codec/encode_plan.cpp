@@ -43,6 +43,9 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   rvq_work_.allocate(k_, {rvq_work_floats(c.q_dimension, B * max_frames, c.bins)});
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
   positions_dev_ = alloc_codes(k_, size_t(B));
+  input_stage_.allocate(k_, input_.ptr(), size_t(B * T));
+  positions_stage_.allocate(k_, positions_dev_.get(), size_t(B));
+  codes_stage_.allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames));
   codes_.reserve(size_t(n_q) * size_t(B * max_frames));
   offset_.assign(size_t(B), 0);
   frames_.assign(size_t(B), 0);
@@ -77,8 +80,8 @@ void EncodePlan::bind_input(const float* pcm, int64_t T) {
   if (T < 1 || T > samples())
     throw Error(ErrorKind::Usage, "encode plan for " + std::to_string(samples()) + " samples got " + std::to_string(T));
   bound_frames_ = (T + frame_size_ - 1) / frame_size_;
-  k_.upload(input_.ptr(), pcm, size_t(T));
-  k_.fill(input_.ptr() + T, bound_frames_ * frame_size_ - T, 0.0f);
+  std::copy_n(pcm, T, input_stage_.host());  // copied to the device with the step
+  std::fill(input_stage_.host() + T, input_stage_.host() + bound_frames_ * frame_size_, 0.0f);
 }
 
 void EncodePlan::run() {
@@ -115,9 +118,9 @@ void EncodePlan::set_frames(const int64_t* frames) {
 
 void EncodePlan::step(const float* const* pcm, const int64_t* frames) {
   set_frames(frames);
-  for (int s = 0; s < slots(); ++s)
+  for (int s = 0; s < slots(); ++s)  // the active slots side by side, copied to the device with the step
     if (frames_[size_t(s)] > 0)
-      k_.upload(input_.ptr() + offset_[size_t(s)] * frame_size_, pcm[s], size_t(frames_[size_t(s)] * frame_size_));
+      std::copy_n(pcm[s], frames_[size_t(s)] * frame_size_, input_stage_.host() + offset_[size_t(s)] * frame_size_);
   encode();
 }
 
@@ -170,11 +173,17 @@ void EncodePlan::encode() {
     tf.push_back(&streams_[size_t(b)].tf);
     if (frames_[size_t(b)] > 0) all_steady = all_steady && steady(streams_[size_t(b)].tf, c);
   }
-  upload_positions(k_, tf, max_frames_ * ds, positions_, positions_dev_.get());
-  graphs_.run(frames_, all_steady, [&] { encode_work(); });
+  stage_positions(tf, max_frames_ * ds, positions_stage_.host());
+  graphs_.run(frames_, all_steady, [&] {  // the transfers in, the compute, the codes out: one graph
+    input_stage_.to_device(size_t(F * frame_size_));
+    positions_stage_.to_device(size_t(slots()));
+    encode_work();
+    codes_stage_.to_host(codes_.size());
+  });
   for (int b = 0; b < slots(); ++b)
     if (frames_[size_t(b)] > 0) advance(streams_[size_t(b)].tf, frames_[size_t(b)] * ds, c);
-  k_.download_i32(codes_.data(), codes_dev_.get(), codes_.size());
+  graphs_.synchronize();
+  std::copy_n(codes_stage_.host(), codes_.size(), codes_.data());
 }
 
 void EncodePlan::encode_work() {

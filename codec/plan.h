@@ -47,6 +47,7 @@ class Buffer {
   Shape shape;  // e.g. [C, T]
 
   void allocate(const Kernels& k, Shape s);  // zeroed, capacity numel(s); shape = s
+  void view(float* p, int64_t capacity, Shape s);  // someone else's memory (not owned)
   float* ptr() { return mem_.get(); }
   const float* ptr() const { return mem_.get(); }
   int64_t size() const { return numel(shape); }
@@ -175,7 +176,9 @@ class EncodePlan {
   Scratch head_;  // the sub-chunked SEANet head
   std::vector<EncodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
-  std::vector<int32_t> positions_;           // their host copy
+  // the step's transfers (codec/step_graph.h Staged): samples in, positions in, codes out
+  Staged<float> input_stage_;
+  Staged<int32_t> positions_stage_, codes_stage_;
   Profile* profile_ = nullptr;
   mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
   StepGraphs graphs_;  // last: its graphs go before the buffers they use
@@ -237,9 +240,12 @@ class DecodePlan {
   Scratch tail_;  // the sub-chunked SEANet tail
   std::vector<DecodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
-  std::vector<int32_t> positions_;           // their host copy
+  // the step's transfers (codec/step_graph.h Staged): codes and positions in, samples out
+  Staged<int32_t> codes_stage_, positions_stage_;
+  Staged<float> output_stage_;
+  mutable Buffer output_view_;  // output() of a device plan: a view of output_stage_'s host memory
   Profile* profile_ = nullptr;
-  mutable std::map<std::string, Buffer> host_copies_;  // stage() and output() of a device plan
+  mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
   StepGraphs graphs_;  // last: its graphs go before the buffers they use
 };
 

@@ -16,6 +16,12 @@ void Buffer::allocate(const Kernels& k, Shape s) {
   shape = std::move(s);
 }
 
+void Buffer::view(float* p, int64_t capacity, Shape s) {
+  mem_ = std::shared_ptr<float>(p, [](float*) {});
+  capacity_ = capacity;
+  shape = std::move(s);
+}
+
 void EncodeStream::reset() {
   for (ConvState* st : {&conv_in, &conv_out, &down}) st->started = false;
   for (ConvState& st : res) st.started = false;
@@ -240,15 +246,12 @@ void advance(TransformerState& st, int64_t length, const Config& c) {
 
 bool steady(const TransformerState& st, const Config& c) { return st.pos > 0 && st.cached == c.context - 1; }
 
-void upload_positions(const Kernels& k, const std::vector<const TransformerState*>& states, int64_t max_length,
-                      std::vector<int32_t>& host, int32_t* dev) {
-  host.resize(states.size());
+void stage_positions(const std::vector<const TransformerState*>& states, int64_t max_length, int32_t* host) {
   for (size_t s = 0; s < states.size(); ++s) {
     if (states[s]->pos > int64_t(INT32_MAX) - max_length)
       throw Error(ErrorKind::Input, "a stream longer than 2^31 transformer steps (about 2.7 years of audio)");
     host[s] = int32_t(states[s]->pos);
   }
-  k.upload_i32(dev, host.data(), host.size());
 }
 
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq) {

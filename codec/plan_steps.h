@@ -59,10 +59,9 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
 void advance(TransformerState& st, int64_t length, const Config& c);
 // A stream whose steps can be captured: started, and its key/value window full.
 bool steady(const TransformerState& st, const Config& c);
-// Every slot's position (the RoPE offset) into dev [slots], where rope reads it. Throws
-// Error(Input) for a stream that would pass int32 within max_length more steps.
-void upload_positions(const Kernels& k, const std::vector<const TransformerState*>& states, int64_t max_length,
-                      std::vector<int32_t>& host, int32_t* dev);
+// Every slot's position (the RoPE offset) into host [slots], to be staged to the device where rope
+// reads it. Throws Error(Input) for a stream that would pass int32 within max_length more steps.
+void stage_positions(const std::vector<const TransformerState*>& states, int64_t max_length, int32_t* host);
 
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq);
 

@@ -4,6 +4,15 @@
 
 namespace mimi {
 
+std::shared_ptr<void> pinned_alloc(const Kernels& k, size_t bytes) {
+  if (!k.graphs) return nullptr;
+  return std::shared_ptr<void>(k.graphs->host_alloc(bytes), k.graphs->host_free);
+}
+
+void StepGraphs::synchronize() {
+  if (ops_) ops_->stream_synchronize(stream_);
+}
+
 StepGraphs::StepGraphs(const Kernels& k) : ops_(k.graphs) {
   if (ops_) stream_ = ops_->stream_create();
 }

@@ -21,11 +21,58 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "codec/device.h"
 
 namespace mimi {
+
+// Host memory a step's transfers go through: page-locked on a backend with graphs, so its copies
+// run at DMA speed, asynchronously, inside the captured step (a replay copies what the buffer
+// holds then); nullptr on the other backends, whose plans copy as before.
+std::shared_ptr<void> pinned_alloc(const Kernels& k, size_t bytes);
+
+// The host side of a device buffer that a step fills from the host or hands back to it. On a
+// backend with graphs: page-locked memory (pinned_alloc), copied asynchronously on the plan's
+// stream inside the step's work, so the copies are captured with it and run at DMA speed; the
+// host reads an output after StepGraphs::synchronize(). On a host-memory backend: the device
+// buffer itself (no copy). Otherwise (the GPU plans' code path on the CPU, in tests): a host
+// vector and synchronous copies.
+template <class T>
+class Staged {
+ public:
+  void allocate(const Kernels& k, T* device, size_t n) {
+    k_ = &k;
+    dev_ = device;
+    if ((pinned_ = pinned_alloc(k, n * sizeof(T)))) host_ = static_cast<T*>(pinned_.get());
+    else if (k.host_memory) host_ = device;
+    else plain_.assign(n, T{}), host_ = plain_.data();
+  }
+  T* host() const { return host_; }
+  void to_device(size_t n) const {  // host()[0, n) -> the device buffer
+    if (pinned_) k_->graphs->copy_to_device_async(dev_, host_, n * sizeof(T));
+    else if (host_ != dev_) {
+      if constexpr (std::is_same_v<T, float>) k_->upload(dev_, host_, n);
+      else k_->upload_i32(dev_, host_, n);
+    }
+  }
+  void to_host(size_t n) const {  // the device buffer [0, n) -> host()
+    if (pinned_) k_->graphs->copy_to_host_async(host_, dev_, n * sizeof(T));
+    else if (host_ != dev_) {
+      if constexpr (std::is_same_v<T, float>) k_->download(host_, dev_, n);
+      else k_->download_i32(host_, dev_, n);
+    }
+  }
+
+ private:
+  const Kernels* k_ = nullptr;
+  T* dev_ = nullptr;
+  T* host_ = nullptr;
+  std::shared_ptr<void> pinned_;
+  std::vector<T> plain_;
+};
 
 struct GraphStats {
   uint64_t captured = 0;    // steps captured into a graph (each one also ran, by its replay)
@@ -52,6 +99,9 @@ class StepGraphs {
   // With graphs, `work` runs on this plan's stream: replayed from the graph of `key` when there
   // is one, captured when `steady` and the key is seen the second time, else run op by op.
   void run(const std::vector<int64_t>& key, bool steady, const std::function<void()>& work);
+
+  // Waits for this plan's stream (the last step's work and copies), before the host reads them.
+  void synchronize();
 
   void set_enabled(bool on) { enabled_ = on; }  // off: every step op by op (still on the stream)
   void set_stats(GraphStats* sink) { sink_ = sink; }  // counts also go there (nullptr: only here)

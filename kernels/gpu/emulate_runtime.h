@@ -35,6 +35,20 @@ inline cudaError_t Malloc(void** p, size_t bytes) {
   *p = q;
   return cudaSuccess;
 }
+// Page-locked host memory: plain host memory here (poisoned like a device allocation).
+inline cudaError_t MallocHost(void** p, size_t bytes) {
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
+  void* q = std::malloc(bytes ? bytes : 1);
+  if (!q) return set_error(cudaErrorMemoryAllocation);
+  std::memset(q, 0xFF, bytes);
+  *p = q;
+  return cudaSuccess;
+}
+inline cudaError_t FreeHost(void* p) {
+  if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
+  std::free(p);
+  return cudaSuccess;
+}
 inline cudaError_t Free(void* p) {
   if (refused_during_capture()) return cudaErrorStreamCaptureUnsupported;
   if (!p) return cudaSuccess;

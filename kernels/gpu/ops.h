@@ -51,5 +51,13 @@ void* capture_end(void* stream);
 void capture_abort(void* stream);
 void graph_launch(void* graph, void* stream);
 void graph_destroy(void* graph);
+void stream_synchronize(void* stream);
+// Page-locked host memory for a plan's transfers, and copies between it and the device on the
+// current stream: asynchronous, and capturable with the step (a replay copies what the host
+// buffer holds then).
+void* host_alloc(size_t bytes);
+void host_free(void* p);
+void copy_to_device_async(void* dst, const void* host_src, size_t bytes);
+void copy_to_host_async(void* host_dst, const void* src, size_t bytes);
 
 }  // namespace mimi::gpu

@@ -69,6 +69,22 @@ void graph_launch(void* graph, void* stream) {
 void graph_destroy(void* graph) {
   if (graph) (void)gpuGraphExecDestroy(static_cast<gpuGraphExec_t>(graph));
 }
+void stream_synchronize(void* stream) { check(gpuStreamSynchronize(as_stream(stream)), "stream synchronize"); }
+
+void* host_alloc(size_t bytes) {
+  void* p = nullptr;
+  check(gpuMallocHost(&p, bytes ? bytes : 1), "pinned host allocation");
+  return p;
+}
+void host_free(void* p) {
+  if (p) (void)gpuFreeHost(p);
+}
+void copy_to_device_async(void* dst, const void* host_src, size_t bytes) {
+  if (bytes) check(gpuMemcpyAsync(dst, host_src, bytes, gpuMemcpyHostToDevice, tls_stream), "async upload");
+}
+void copy_to_host_async(void* host_dst, const void* src, size_t bytes) {
+  if (bytes) check(gpuMemcpyAsync(host_dst, src, bytes, gpuMemcpyDeviceToHost, tls_stream), "async download");
+}
 
 namespace {
 void* zeroed(size_t bytes) {

@@ -45,6 +45,8 @@
 #define gpuGraphDestroy mimi_emu::GraphDestroy
 #define gpuMemsetAsync mimi_emu::MemsetAsync
 #define gpuMemcpyAsync mimi_emu::MemcpyAsync
+#define gpuMallocHost mimi_emu::MallocHost
+#define gpuFreeHost mimi_emu::FreeHost
 #define MIMI_WARP_FULL_MASK mimi_emu_full_mask()
 // kernel<<<grid, block, shmem, stream>>>(args...)
 #define MIMI_LAUNCH(kernel, grid, block, shmem, stream, ...) \
@@ -85,6 +87,8 @@
 #define gpuGraphDestroy hipGraphDestroy
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuMemcpyAsync hipMemcpyAsync
+#define gpuMallocHost(p, bytes) hipHostMalloc(p, bytes, hipHostMallocDefault)
+#define gpuFreeHost hipHostFree
 #define MIMI_WARP_FULL_MASK 0xffffffffffffffffull
 #else
 #include <cuda_runtime.h>
@@ -120,6 +124,8 @@
 #define gpuGraphDestroy cudaGraphDestroy
 #define gpuMemsetAsync cudaMemsetAsync
 #define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMallocHost cudaMallocHost
+#define gpuFreeHost cudaFreeHost
 #define MIMI_WARP_FULL_MASK 0xffffffffu
 #endif
 
