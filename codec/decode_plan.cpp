@@ -62,6 +62,7 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
         init_state(k_, s.res[b * m.dec[b].res.size() + i], m.dec[b].res[i].conv1);
     }
     init_state(k_, s.conv_out, m.dec_out);
+    tf_.push_back(&s.tf);
     init_state(k_, s.tf, c, m.dec_tf.size());
   }
   reset();
@@ -126,21 +127,14 @@ void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
     for (int k = 0; k < n_q_; ++k)
       std::copy_n(codes[s] + k * frames_[size_t(s)], frames_[size_t(s)], codes_.begin() + k * F + offset_[size_t(s)]);
   std::copy_n(codes_.data(), size_t(n_q_) * size_t(F), codes_stage_.host());  // copied with the step
-  std::vector<const TransformerState*> tf;
-  bool all_steady = profile_ == nullptr;
-  for (int b = 0; b < slots(); ++b) {
-    tf.push_back(&streams_[size_t(b)].tf);
-    if (frames_[size_t(b)] > 0) all_steady = all_steady && steady(streams_[size_t(b)].tf, c);
-  }
-  stage_positions(tf, max_frames_ * ds, positions_stage_.host());
-  graphs_.run(frames_, all_steady, [&] {  // the transfers in, the compute, the samples out: one graph
+  const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_.host());
+  graphs_.run(frames_, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the samples out: one graph
     codes_stage_.to_device(size_t(n_q_) * size_t(F));
     positions_stage_.to_device(size_t(slots()));
     decode_work();
     output_stage_.to_host(size_t(F * frame_size_));
   });
-  for (int b = 0; b < slots(); ++b)
-    if (frames_[size_t(b)] > 0) advance(streams_[size_t(b)].tf, frames_[size_t(b)] * ds, c);
+  advance_slots(tf_, frames_, ds, c);
   graphs_.synchronize();
 }
 

@@ -62,6 +62,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
     }
     init_state(k_, s.conv_out, m.enc_out);
     init_state(k_, s.down, m.downsample);
+    tf_.push_back(&s.tf);
     init_state(k_, s.tf, c, m.enc_tf.size());
   }
   reset();
@@ -167,21 +168,14 @@ void EncodePlan::encode() {
   set_shape(rest_in_, {Q, F});
   codes_.resize(size_t(n_q_) * size_t(F));
   if (F == 0) return;
-  std::vector<const TransformerState*> tf;
-  bool all_steady = profile_ == nullptr;
-  for (int b = 0; b < slots(); ++b) {
-    tf.push_back(&streams_[size_t(b)].tf);
-    if (frames_[size_t(b)] > 0) all_steady = all_steady && steady(streams_[size_t(b)].tf, c);
-  }
-  stage_positions(tf, max_frames_ * ds, positions_stage_.host());
-  graphs_.run(frames_, all_steady, [&] {  // the transfers in, the compute, the codes out: one graph
+  const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_.host());
+  graphs_.run(frames_, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the codes out: one graph
     input_stage_.to_device(size_t(F * frame_size_));
     positions_stage_.to_device(size_t(slots()));
     encode_work();
     codes_stage_.to_host(codes_.size());
   });
-  for (int b = 0; b < slots(); ++b)
-    if (frames_[size_t(b)] > 0) advance(streams_[size_t(b)].tf, frames_[size_t(b)] * ds, c);
+  advance_slots(tf_, frames_, ds, c);
   graphs_.synchronize();
   std::copy_n(codes_stage_.host(), codes_.size(), codes_.data());
 }

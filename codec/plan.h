@@ -176,6 +176,7 @@ class EncodePlan {
   Scratch head_;  // the sub-chunked SEANet head
   std::vector<EncodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
+  std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf
   // the step's transfers (codec/step_graph.h Staged): samples in, positions in, codes out
   Staged<float> input_stage_;
   Staged<int32_t> positions_stage_, codes_stage_;
@@ -240,6 +241,7 @@ class DecodePlan {
   Scratch tail_;  // the sub-chunked SEANet tail
   std::vector<DecodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
+  std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf
   // the step's transfers (codec/step_graph.h Staged): codes and positions in, samples out
   Staged<int32_t> codes_stage_, positions_stage_;
   Staged<float> output_stage_;

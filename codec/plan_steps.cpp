@@ -239,18 +239,25 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
   }
 }
 
-void advance(TransformerState& st, int64_t length, const Config& c) {
-  st.cached = std::min<int64_t>(c.context - 1, st.cached + length);
-  st.pos += length;
+bool stage_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
+                 int64_t max_frames, const Config& c, int32_t* positions) {
+  bool steady = true;
+  for (size_t s = 0; s < tf.size(); ++s) {
+    const TransformerState& st = *tf[s];
+    if (st.pos > int64_t(INT32_MAX) - max_frames * ds)
+      throw Error(ErrorKind::Input, "a stream longer than 2^31 transformer steps (about 2.7 years of audio)");
+    positions[s] = int32_t(st.pos);
+    if (frames[s] > 0) steady = steady && st.pos > 0 && st.cached == c.context - 1;
+  }
+  return steady;
 }
 
-bool steady(const TransformerState& st, const Config& c) { return st.pos > 0 && st.cached == c.context - 1; }
-
-void stage_positions(const std::vector<const TransformerState*>& states, int64_t max_length, int32_t* host) {
-  for (size_t s = 0; s < states.size(); ++s) {
-    if (states[s]->pos > int64_t(INT32_MAX) - max_length)
-      throw Error(ErrorKind::Input, "a stream longer than 2^31 transformer steps (about 2.7 years of audio)");
-    host[s] = int32_t(states[s]->pos);
+void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
+                   const Config& c) {
+  for (size_t s = 0; s < tf.size(); ++s) {
+    if (frames[s] == 0) continue;
+    tf[s]->cached = std::min<int64_t>(c.context - 1, tf[s]->cached + frames[s] * ds);
+    tf[s]->pos += frames[s] * ds;
   }
 }
 

@@ -50,18 +50,20 @@ struct TfSegment {
 };
 // x [D, T_total] through the transformer layers in place: the norms, projections and MLP on all
 // columns at once, RoPE and attention per segment against its own key/value window. Device work
-// only: the states' counters move on in advance(), after the step (a replayed step skips this
+// only: the states' counters move on in advance_slots(), after the step (a replayed step skips this
 // host code, codec/step_graph.h).
 void transformer_step(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
                       const std::vector<TfSegment>& segments, float* x, int64_t T_total, Scratch& s, StageTimer& t);
 
-// A segment's state after a step of `length` columns: window and position moved on.
-void advance(TransformerState& st, int64_t length, const Config& c);
-// A stream whose steps can be captured: started, and its key/value window full.
-bool steady(const TransformerState& st, const Config& c);
-// Every slot's position (the RoPE offset) into host [slots], to be staged to the device where rope
-// reads it. Throws Error(Input) for a stream that would pass int32 within max_length more steps.
-void stage_positions(const std::vector<const TransformerState*>& states, int64_t max_length, int32_t* host);
+// Before a step of `frames` [slots] frames (ds transformer steps each): every slot's position (the
+// RoPE offset) into positions [slots], to be staged to the device where rope reads it; returns
+// whether every active slot is steady (started, key/value window full: the step can be
+// captured). Throws Error(Input) for a stream that would pass int32 within this step.
+bool stage_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
+                 int64_t max_frames, const Config& c, int32_t* positions);
+// After it: the active slots' windows and positions moved on.
+void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
+                   const Config& c);
 
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq);
 
