@@ -202,6 +202,9 @@ int64_t AudioReader::read(std::vector<float>& out, int64_t frames) {
     impl_->got += got;
     return got;
   }
+  // No longer than what the header says is left (with a floor: some formats' counts are
+  // estimates), so a short file's read does not zero-fill a whole 64 K-frame block per channel.
+  if (frames_ > 0) frames = std::min(frames, std::max<int64_t>(frames_ - impl_->got, 4096));
   out.resize(size_t(frames * channels_));
   const sf_count_t got = sf_readf_float(impl_->f, out.data(), frames);
   out.resize(size_t(std::max<sf_count_t>(got, 0) * channels_));

@@ -24,4 +24,12 @@ inline Config micro_config() {
   return c;
 }
 
+// The micro model with 8 codebooks, so that every `--n-q` a streaming harness can pick (1-8) is
+// valid, as it is for the tiny and full models.
+inline Config micro_stream_config() {
+  Config c = micro_config();
+  c.n_q = 8;
+  return c;
+}
+
 }  // namespace mimi::fuzz

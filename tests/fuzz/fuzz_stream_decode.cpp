@@ -1,5 +1,5 @@
 // libFuzzer target: `mimi decode --stream` (app/stream.cpp stream_decode): a .mimi or text
-// token stream read incrementally and decoded frame by frame with the tiny model, output to
+// token stream read incrementally and decoded frame by frame with the micro model, output to
 // /dev/null. Input: 1 option byte, then the stream (given as a memfd path).
 //   bits 0-1 output (0 WAV, 1 raw s16le, 2 raw f32le, 3 WAV), bit 2 f32 samples,
 //   bits 3-5 --n-q (0 = all), bit 6 --allow-weights-mismatch,
@@ -26,7 +26,7 @@ MIMI_FUZZ_TARGET {
   o.out = "/dev/null";
   o.force = true;
   fuzz::refused_cleanly([&] {
-    const app::StreamStats st = app::stream_decode(fuzz::tiny_engine(), o);
+    const app::StreamStats st = app::stream_decode(fuzz::micro_stream_engine(), o);
     MIMI_FUZZ_CHECK(st.frames >= 1, "decoded nothing without an error");
   });
   return 0;

@@ -1,5 +1,5 @@
 // libFuzzer target: `mimi encode --stream` (app/stream.cpp stream_encode): a WAV stream header
-// parser or headerless PCM, downmix, resampling and frame-by-frame encoding with the tiny model,
+// parser or headerless PCM, downmix, resampling and frame-by-frame encoding with the micro model,
 // output to /dev/null. Input: 2 option bytes, then the stream (given as a memfd path).
 //   byte 0: bits 0-2 sample format (0-3 WAV with header, 4 s16le, 5 s24le, 6 s32le, 7 f32le),
 //           bit 3 text output (else .mimi), bits 4-6 n_q - 1, bit 7 max_chunk 1 (else 8)
@@ -26,7 +26,7 @@ MIMI_FUZZ_TARGET {
   o.out = "/dev/null";
   o.force = true;
   fuzz::refused_cleanly([&] {
-    const app::StreamStats st = app::stream_encode(fuzz::tiny_engine(), o);
+    const app::StreamStats st = app::stream_encode(fuzz::micro_stream_engine(), o);
     MIMI_FUZZ_CHECK(st.frames >= 1 && st.samples >= 1, "streamed nothing without an error");
   });
   return 0;

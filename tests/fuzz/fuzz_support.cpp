@@ -9,23 +9,35 @@
 #include "codec/test_weights.h"
 #include "codec/weights.h"
 #include "tests/fuzz/fuzz_common.h"
+#include "tests/fuzz/fuzz_micro.h"
 
 namespace mimi::fuzz {
 
+namespace {
+
+Engine* engine_for(const Config& cfg, const char* name) {
+  const GeneratedWeights w = generate_test_weights(cfg, 1);
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(test_weights_file(w, Dialect::Moshi));
+  auto model = load_model(SafetensorsFile::from_bytes(bytes, name), w.cfg);
+  EngineOptions o;
+  o.threads = 1;
+  // Small chunks: longer token files go through several chunks (the path `mimi decode` takes
+  // for anything over 64 frames), and the few plans (chunk x n_q) stay cached, where one plan
+  // per token-file length would be rebuilt for most inputs.
+  o.chunk_frames = 8;
+  o.plan_cache_capacity = 128;  // every (direction, chunk, n_q) the harnesses reach
+  return new Engine(model, o);  // never freed: lives as long as the process
+}
+
+}  // namespace
+
 Engine& tiny_engine() {
-  static Engine* engine = [] {
-    const GeneratedWeights w = generate_test_weights(test_config("tiny"), 1);
-    auto bytes = std::make_shared<const std::vector<uint8_t>>(test_weights_file(w, Dialect::Moshi));
-    auto model = load_model(SafetensorsFile::from_bytes(bytes, "tiny"), w.cfg);
-    EngineOptions o;
-    o.threads = 1;
-    // Small chunks: longer token files go through several chunks (the path `mimi decode` takes
-    // for anything over 64 frames), and the few plans (chunk x n_q) stay cached, where one plan
-    // per token-file length would be rebuilt for most inputs.
-    o.chunk_frames = 8;
-    o.plan_cache_capacity = 128;  // every (direction, chunk, n_q) the harnesses reach
-    return new Engine(model, o);  // never freed: lives as long as the process
-  }();
+  static Engine* engine = engine_for(test_config("tiny"), "tiny");
+  return *engine;
+}
+
+Engine& micro_stream_engine() {
+  static Engine* engine = engine_for(micro_stream_config(), "micro-stream");
   return *engine;
 }
 

@@ -121,9 +121,8 @@ void weights_seeds() {
                         {{"format", "pt"}}));
 }
 
-app::TokenFile encoded(int n_q, int64_t samples, bool with_meta) {
-  Engine& eng = fuzz::tiny_engine();
-  const std::vector<float> pcm = tone(samples, 1, 220.0, 24000);
+app::TokenFile encoded(Engine& eng, int n_q, int64_t samples, bool with_meta) {
+  const std::vector<float> pcm = tone(samples, 1, 220.0, eng.config().sample_rate);
   app::TokenFile t;
   t.codes = eng.encode(pcm.data(), samples, n_q);
   t.meta.codebook_size = eng.config().bins;
@@ -139,7 +138,8 @@ app::TokenFile encoded(int n_q, int64_t samples, bool with_meta) {
 }
 
 void token_seeds() {
-  const app::TokenFile a = encoded(8, 3 * 1920 - 100, true), b = encoded(2, 1920, false);
+  Engine& tiny = fuzz::tiny_engine();
+  const app::TokenFile a = encoded(tiny, 8, 3 * 1920 - 100, true), b = encoded(tiny, 2, 1920, false);
   using app::TokenFormat;
   put("safetensors_tokens", "t8x3.safetensors", app::write_tokens(a, TokenFormat::Safetensors));
   put("safetensors_tokens", "t2x1.safetensors", app::write_tokens(b, TokenFormat::Safetensors));
@@ -154,21 +154,24 @@ void token_seeds() {
   put("mimi", "t2x1.repair.mimi", app::write_tokens(b, TokenFormat::Mimi), {1});
   m.resize(m.size() - 30);  // truncated: no end record, part of the last chunk
   put("mimi", "truncated.repair.mimi", m, {1});
-  // stream decode: .mimi written frame by frame as `encode --stream` does, and text lines
-  nlohmann::json h = app::meta_to_json(a.meta);
+  // stream decode (micro model, 8 samples a frame): .mimi written frame by frame as
+  // `encode --stream` does, and text lines
+  Engine& micro = fuzz::micro_stream_engine();
+  const app::TokenFile sa = encoded(micro, 8, 3 * 8 - 3, true), sb = encoded(micro, 2, 8, false);
+  nlohmann::json h = app::meta_to_json(sa.meta);
   h["format"] = "mimi-codes";
-  h["n_q"] = a.codes.n_q;
+  h["n_q"] = sa.codes.n_q;
   std::vector<uint8_t> s;
   app::MimiWriter w(s, h);
-  for (int64_t f = 0; f < a.codes.frames; ++f) {
+  for (int64_t f = 0; f < sa.codes.frames; ++f) {
     std::vector<int32_t> col;
-    for (int k = 0; k < a.codes.n_q; ++k) col.push_back(a.codes.data[size_t(k * a.codes.frames + f)]);
+    for (int k = 0; k < sa.codes.n_q; ++k) col.push_back(sa.codes.data[size_t(k * sa.codes.frames + f)]);
     w.append_chunk(col.data(), 1);
   }
   w.finish(-1);
   put("stream_decode", "t8x3.wav.mimi", s, {0x40 | 0x80});
   put("stream_decode", "t8x3.f32le.n2.mimi", s, {0x40 | 0x80 | 2 | (2 << 3)});
-  put("stream_decode", "t2x1.s16le.txt", app::write_tokens(b, TokenFormat::Text), {1});
+  put("stream_decode", "t2x1.s16le.txt", app::write_tokens(sb, TokenFormat::Text), {1});
 }
 
 void audio_seeds() {
@@ -179,24 +182,25 @@ void audio_seeds() {
   put("audio", "s16.flac", audio(SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 24000, 1, 1000));
   put("audio", "vorbis.ogg", audio(SF_FORMAT_OGG | SF_FORMAT_VORBIS, 22050, 1, 1000));
   put("audio", "s16.aiff", audio(SF_FORMAT_AIFF | SF_FORMAT_PCM_16, 44100, 1, 1000));
-  // stream encode: WAV with a header (option byte 0), and raw PCM
-  put("stream_encode", "s16.wav", audio(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 24000, 1, 3000), {0x00 | (7 << 4), 0});
-  put("stream_encode", "f32.16k.text.wav", audio(SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, 1200), {0x08 | 0x80, 0});
-  put("stream_encode", "s24.ext.stereo.wav", audio(SF_FORMAT_WAVEX | SF_FORMAT_PCM_24, 48000, 2, 700), {0x10, 0});
+  // stream encode (micro model at 1 kHz, whatever rate comes in), each under fuzz.sh's 4 KB:
+  // WAV with a header (option byte 0), and raw PCM
+  put("stream_encode", "s16.8k.wav", audio(SF_FORMAT_WAV | SF_FORMAT_PCM_16, 8000, 1, 1500), {0x00 | (7 << 4), 0});
+  put("stream_encode", "f32.16k.text.wav", audio(SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, 700), {0x08 | 0x80, 0});
+  put("stream_encode", "s24.ext.stereo.wav", audio(SF_FORMAT_WAVEX | SF_FORMAT_PCM_24, 48000, 2, 500), {0x10, 0});
   std::vector<uint8_t> raw;
-  for (float x : tone(2000, 2, 300.0, 8000)) {
+  for (float x : tone(800, 2, 300.0, 8000)) {
     const int16_t v = int16_t(std::lrint(x * 32767));
     raw.push_back(uint8_t(v & 0xff));
     raw.push_back(uint8_t((v >> 8) & 0xff));
   }
   put("stream_encode", "raw.s16le.8k.stereo", raw, {4 | (3 << 4), 1 | (1 << 3)});
   std::vector<uint8_t> rawf;
-  for (float x : tone(1500, 1, 300.0, 24000)) {
+  for (float x : tone(800, 1, 50.0, 1000)) {
     uint8_t b[4];
     std::memcpy(b, &x, 4);
     rawf.insert(rawf.end(), b, b + 4);
   }
-  put("stream_encode", "raw.f32le.24k", rawf, {7, 0});
+  put("stream_encode", "raw.f32le.1k", rawf, {7, 6});
 }
 
 }  // namespace
