@@ -2,6 +2,8 @@
 #include "codec/batch.h"
 
 #include <algorithm>
+#include <deque>
+#include <memory>
 
 #include "codec/error.h"
 
@@ -29,12 +31,21 @@ void fail(const ItemFailed& failed, size_t id, std::exception_ptr e) {
   failed(id, e);
 }
 
-struct EncodeSlot {
-  bool busy = false;
+// One signal being encoded: its codes so far, and how many of its steps are still in flight.
+// It is done when its last chunk has been read (ended) and every step with its frames collected.
+struct EncodeItem {
   PcmItem item;
-  int64_t frames = 0;                     // pushed so far
-  std::vector<float> chunk;               // the next push's samples [chunk * frame_size]
   std::vector<std::vector<int32_t>> rows;  // codes so far, per codebook
+  int64_t frames = 0;                      // collected so far
+  int pending = 0;                         // steps in flight with its frames
+  bool ended = false;
+  bool closed = false;  // failed, or handed out: nothing more goes to it
+};
+
+struct EncodeSlot {
+  std::shared_ptr<EncodeItem> cur;  // the signal this slot streams (nullptr: idle)
+  int64_t pushed = 0;               // its frames submitted so far
+  std::vector<float> chunk;         // the next push's samples [chunk * frame_size]
 };
 
 // Reads the slot's next chunk; returns its frames (0: the signal has ended), the last partial
@@ -44,92 +55,138 @@ int64_t fill(EncodeSlot& sl, int64_t chunk, int64_t fs) {
   sl.chunk.resize(size_t(want));
   int64_t have = 0;
   while (have < want) {
-    const int64_t got = sl.item.read(sl.chunk.data() + have, want - have);
+    const int64_t got = sl.cur->item.read(sl.chunk.data() + have, want - have);
     if (got < 0 || got > want - have) throw Error(ErrorKind::Internal, "a batch item's read returned " + std::to_string(got));
     if (got == 0) break;
     have += got;
   }
-  if (have == 0 && sl.frames == 0) throw Error(ErrorKind::Input, "cannot encode an empty signal (0 samples)");
+  if (have == 0 && sl.pushed == 0) throw Error(ErrorKind::Input, "cannot encode an empty signal (0 samples)");
   const int64_t n = (have + fs - 1) / fs;
   std::fill(sl.chunk.begin() + have, sl.chunk.begin() + n * fs, 0.0f);
   return n;
 }
 
+// A submitted step: which item each slot's frames belong to.
+template <class Item>
+struct StepOwners {
+  std::vector<std::shared_ptr<Item>> owner;  // [slots]; nullptr: the slot sat the step out
+};
+
+// Drops a plan's steps in flight when the runner leaves by an exception (they are waited for, so
+// no staging buffer is in use when the next user of the cached plan starts).
+template <class Plan>
+struct DiscardOnExit {
+  Plan& plan;
+  ~DiscardOnExit() { plan.discard(); }
+};
+
 }  // namespace
 
+// Pipelined: step k+1 is submitted before step k's codes are collected, so the host hands out
+// codes and reads the next chunks while the device computes (codec/plan.h, two steps in flight).
+// Which slot takes which signal depends only on the reads, never on a step's results, so the
+// chunks each signal pushes are those it pushes alone.
 void encode_batch(Engine& engine, int n_q, int slots, const std::function<bool(PcmItem&)>& next,
                   const std::function<void(const PcmItem&, Codes&&)>& done, const ItemFailed& failed) {
   const int64_t chunk = batch_chunk(engine, slots), fs = engine.config().frame_size();
   EncodePlan& plan = engine.encode_plan(chunk, n_q, slots);
   plan.reset();
+  DiscardOnExit<EncodePlan> guard{plan};
   std::vector<EncodeSlot> slot(static_cast<size_t>(slots));
   std::vector<const float*> pcm(static_cast<size_t>(slots));
   std::vector<int64_t> frames(static_cast<size_t>(slots));
+  std::deque<StepOwners<EncodeItem>> flight;
   bool queue_open = true;
-  auto finish = [&](EncodeSlot& sl) {
-    Codes c{n_q, sl.frames, {}};
-    c.data.reserve(size_t(n_q) * size_t(sl.frames));
-    for (const auto& r : sl.rows) c.data.insert(c.data.end(), r.begin(), r.end());
-    sl.busy = false;
-    done(sl.item, std::move(c));
+  auto finish_if_complete = [&](EncodeItem& it) {
+    if (!it.ended || it.pending > 0 || it.closed) return;
+    Codes c{n_q, it.frames, {}};
+    c.data.reserve(size_t(n_q) * size_t(it.frames));
+    for (const auto& r : it.rows) c.data.insert(c.data.end(), r.begin(), r.end());
+    it.closed = true;
+    done(it.item, std::move(c));
+  };
+  auto fail_item = [&](EncodeSlot& sl) {
+    std::shared_ptr<EncodeItem> it = std::move(sl.cur);
+    it->closed = true;  // its frames still in flight are dropped when they arrive
+    fail(failed, it->item.id, std::current_exception());
+  };
+  auto collect = [&] {  // the oldest step in flight: its codes to their items
+    plan.collect();
+    StepOwners<EncodeItem> r = std::move(flight.front());
+    flight.pop_front();
+    const int64_t F = int64_t(plan.codes().size()) / n_q;
+    for (int s = 0; s < slots; ++s) {
+      if (!r.owner[size_t(s)]) continue;
+      EncodeItem& it = *r.owner[size_t(s)];
+      const int64_t n = plan.slot_frames(s), o = plan.slot_offset(s);
+      --it.pending;
+      if (!it.closed) {
+        for (int k = 0; k < n_q; ++k) {
+          auto row = plan.codes().begin() + k * F + o;
+          it.rows[size_t(k)].insert(it.rows[size_t(k)].end(), row, row + n);
+        }
+        it.frames += n;
+      }
+      finish_if_complete(it);
+    }
   };
   for (;;) {
+    StepOwners<EncodeItem> owners;
+    owners.owner.resize(size_t(slots));
     int busy = 0;
     for (int s = 0; s < slots; ++s) {
       EncodeSlot& sl = slot[size_t(s)];
       frames[size_t(s)] = 0;
-      while (!sl.busy && queue_open) {  // refill: the next signal that has samples
+      while (!sl.cur && queue_open) {  // refill: the next signal that has samples
         PcmItem item;
         if (!next(item)) {
           queue_open = false;
           break;
         }
-        sl.busy = true;
-        sl.item = std::move(item);
-        sl.frames = 0;
-        sl.rows.assign(size_t(n_q), {});
+        sl.cur = std::make_shared<EncodeItem>();
+        sl.cur->item = std::move(item);
+        sl.cur->rows.assign(size_t(n_q), {});
+        sl.pushed = 0;
         plan.reset(s);
         try {
           frames[size_t(s)] = fill(sl, chunk, fs);
         } catch (...) {
-          sl.busy = false;
-          fail(failed, sl.item.id, std::current_exception());
+          fail_item(sl);
         }
       }
-      if (!sl.busy) continue;
-      if (frames[size_t(s)] == 0 && sl.frames > 0) {  // a signal carried over from the last step
+      if (!sl.cur) continue;
+      if (frames[size_t(s)] == 0 && sl.pushed > 0) {  // a signal carried over from the last step
         try {
           frames[size_t(s)] = fill(sl, chunk, fs);
         } catch (...) {
-          sl.busy = false;
-          fail(failed, sl.item.id, std::current_exception());
+          fail_item(sl);
           --s;  // the slot is free: refill it in this step
           continue;
         }
         if (frames[size_t(s)] == 0) {  // it ended on a chunk boundary
-          finish(sl);
+          sl.cur->ended = true;
+          finish_if_complete(*sl.cur);
+          sl.cur.reset();
           --s;
           continue;
         }
       }
       pcm[size_t(s)] = sl.chunk.data();
+      owners.owner[size_t(s)] = sl.cur;
+      ++sl.cur->pending;
+      sl.pushed += frames[size_t(s)];
+      if (frames[size_t(s)] < chunk) {  // a short chunk is the last one: the slot is free next step
+        sl.cur->ended = true;
+        sl.cur.reset();
+      }
       ++busy;
     }
-    if (busy == 0) return;
-    plan.step(pcm.data(), frames.data());
-    const int64_t F = int64_t(plan.codes().size()) / n_q;
-    for (int s = 0; s < slots; ++s) {
-      EncodeSlot& sl = slot[size_t(s)];
-      const int64_t n = frames[size_t(s)], o = plan.slot_offset(s);
-      if (n == 0) continue;
-      for (int k = 0; k < n_q; ++k) {
-        auto row = plan.codes().begin() + k * F + o;
-        sl.rows[size_t(k)].insert(sl.rows[size_t(k)].end(), row, row + n);
-      }
-      sl.frames += n;
-      if (n < chunk) finish(sl);  // a short chunk is the last one
-    }
+    if (busy == 0) break;
+    plan.submit(pcm.data(), frames.data());
+    flight.push_back(std::move(owners));
+    if (flight.size() == 2) collect();  // step k's codes while step k+1 computes
   }
+  while (!flight.empty()) collect();
 }
 
 void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(CodesItem&)>& next,
@@ -139,15 +196,21 @@ void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(C
   const int bins = engine.config().bins;
   DecodePlan& plan = engine.decode_plan(chunk, n_q, slots);
   plan.reset();
-  struct DecodeSlot {
-    bool busy = false;
+  DiscardOnExit<DecodePlan> guard{plan};
+  struct DecodeItem {
     CodesItem item;
+    bool last = false;  // its last chunk is in the step that names it
+  };
+  struct DecodeSlot {
+    CodesItem item;
+    bool busy = false;
     int64_t next = 0;            // the next frame to push
     std::vector<int32_t> chunk;  // its codes [n_q, n]
   };
   std::vector<DecodeSlot> slot(static_cast<size_t>(slots));
   std::vector<const int32_t*> codes(static_cast<size_t>(slots));
   std::vector<int64_t> frames(static_cast<size_t>(slots));
+  std::deque<StepOwners<DecodeItem>> flight;
   // Checked when a slot takes the item, so that bad codes fail only their item.
   auto check = [&](const Codes* c) {
     if (!c) throw Error(ErrorKind::Input, "no frames to decode");
@@ -160,8 +223,22 @@ void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(C
                                             std::to_string(f) + " is outside [0, " + std::to_string(bins) + ")");
       }
   };
+  auto collect = [&] {  // the oldest step in flight: its samples to their items
+    plan.collect();
+    StepOwners<DecodeItem> r = std::move(flight.front());
+    flight.pop_front();
+    const float* y = plan.output().ptr();
+    for (int s = 0; s < slots; ++s) {
+      if (!r.owner[size_t(s)]) continue;
+      const DecodeItem& it = *r.owner[size_t(s)];
+      samples(it.item, y + plan.slot_offset(s) * fs, plan.slot_frames(s) * fs);
+      if (it.last) done(it.item);
+    }
+  };
   bool queue_open = true;
   for (;;) {
+    StepOwners<DecodeItem> owners;
+    owners.owner.resize(size_t(slots));
     int busy = 0;
     for (int s = 0; s < slots; ++s) {
       DecodeSlot& sl = slot[size_t(s)];
@@ -177,7 +254,9 @@ void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(C
           fail(failed, item.id, std::current_exception());
           continue;
         }
-        sl = {true, item, 0, {}};
+        sl.item = item;
+        sl.busy = true;
+        sl.next = 0;
         plan.reset(s);
       }
       frames[size_t(s)] = 0;
@@ -190,22 +269,16 @@ void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(C
         std::copy_n(c.data.begin() + k * c.frames + sl.next, n, sl.chunk.begin() + k * n);
       frames[size_t(s)] = n;
       codes[size_t(s)] = sl.chunk.data();
-    }
-    if (busy == 0) return;
-    plan.step(codes.data(), frames.data());
-    const Buffer& y = plan.output();
-    for (int s = 0; s < slots; ++s) {
-      DecodeSlot& sl = slot[size_t(s)];
-      const int64_t n = frames[size_t(s)];
-      if (n == 0) continue;
-      samples(sl.item, y.ptr() + plan.slot_offset(s) * fs, n * fs);
       sl.next += n;
-      if (sl.next == sl.item.codes->frames) {
-        sl.busy = false;
-        done(sl.item);
-      }
+      owners.owner[size_t(s)] = std::make_shared<DecodeItem>(DecodeItem{sl.item, sl.next == c.frames});
+      if (sl.next == c.frames) sl.busy = false;  // its codes are no longer read: the slot is free
     }
+    if (busy == 0) break;
+    plan.submit(codes.data(), frames.data());
+    flight.push_back(std::move(owners));
+    if (flight.size() == 2) collect();  // step k's samples while step k+1 computes
   }
+  while (!flight.empty()) collect();
 }
 
 }  // namespace mimi

@@ -44,11 +44,16 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   upsampled_.allocate(k_, {c.dimension, B * T25});
   tf_out_.allocate(k_, {c.dimension, B * T25});
   output_.allocate(k_, {1, B * T});
-  codes_stage_.allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames));
-  positions_stage_.allocate(k_, positions_dev_.get(), size_t(B));
-  output_stage_.allocate(k_, output_.ptr(), size_t(B * T));
+  for (int set = 0; set < 2; ++set) {
+    codes_stage_[set].allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames));
+    positions_stage_[set].allocate(k_, positions_dev_.get(), size_t(B));
+    output_stage_[set].allocate(k_, output_.ptr(), size_t(B * T), /*own_host=*/true);
+  }
+  output_view_.view(output_stage_[0].host(), B * T, {1, 0});
   offset_.assign(size_t(B), 0);
   frames_.assign(size_t(B), 0);
+  result_offset_.assign(size_t(B), 0);
+  result_frames_.assign(size_t(B), 0);
   // stream state, per slot
   streams_.resize(size_t(B));
   for (DecodeStream& s : streams_) {
@@ -69,8 +74,11 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
 }
 
 void DecodePlan::reset() {
+  discard();
   for (DecodeStream& s : streams_) s.reset();
 }
+
+void DecodePlan::discard() noexcept { discard_flight(flight_, graphs_); }
 
 void DecodePlan::reset(int slot) {
   if (slot < 0 || slot >= slots()) throw Error(ErrorKind::Usage, "no slot " + std::to_string(slot));
@@ -78,6 +86,7 @@ void DecodePlan::reset(int slot) {
 }
 
 void DecodePlan::bind_codes(const int32_t* codes) {
+  check_none_in_flight(flight_, "bind_codes()");
   std::memcpy(codes_.data(), codes, size_t(n_q_) * size_t(max_frames_) * sizeof(int32_t));
 }
 
@@ -99,8 +108,20 @@ void DecodePlan::push(const int32_t* codes, int64_t n) {
 }
 
 void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
+  check_none_in_flight(flight_, "step()");
+  submit(codes, frames);
+  collect();
+}
+
+void DecodePlan::collect() {
+  const StepInFlight f = collect_flight(flight_, graphs_, result_offset_, result_frames_);
+  output_view_.view(output_stage_[f.set].host(), output_view_.capacity(), {1, f.total * frame_size_});
+}
+
+void DecodePlan::submit(const int32_t* const* codes, const int64_t* frames) {
   const Config& c = m_.cfg;
   const int bins = c.bins;
+  const int set = free_set(flight_);
   total_ = 0;
   for (int s = 0; s < slots(); ++s) {
     const int64_t n = frames[s];
@@ -121,21 +142,26 @@ void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
   set_shape(upsampled_, {D, Tt});
   set_shape(tf_out_, {D, Tt});
   set_shape(output_, {1, F * frame_size_});
-  if (F == 0) return;
-  // the active slots' codes side by side: [n_q, F]
-  for (int s = 0; s < slots(); ++s)
-    for (int k = 0; k < n_q_; ++k)
-      std::copy_n(codes[s] + k * frames_[size_t(s)], frames_[size_t(s)], codes_.begin() + k * F + offset_[size_t(s)]);
-  std::copy_n(codes_.data(), size_t(n_q_) * size_t(F), codes_stage_.host());  // copied with the step
-  const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_.host());
-  graphs_.run(frames_, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the samples out: one graph
-    codes_stage_.to_device(size_t(n_q_) * size_t(F));
-    positions_stage_.to_device(size_t(slots()));
-    decode_work();
-    output_stage_.to_host(size_t(F * frame_size_));
-  });
-  advance_slots(tf_, frames_, ds, c);
-  graphs_.synchronize();
+  if (F > 0) {
+    // the active slots' codes side by side, [n_q, F], staged: copied to the device with the step
+    int32_t* staged = codes_stage_[set].host();
+    for (int s = 0; s < slots(); ++s)
+      for (int k = 0; k < n_q_; ++k)
+        std::copy_n(codes[s] + k * frames_[size_t(s)], frames_[size_t(s)], staged + k * F + offset_[size_t(s)]);
+    const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_[set].host());
+    // The graph copies from and to this set's host buffers: one graph per (shape, set).
+    std::vector<int64_t> key = frames_;
+    key.push_back(set);
+    graphs_.run(key, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the samples out: one graph
+      codes_stage_[set].to_device(size_t(n_q_) * size_t(F));
+      positions_stage_[set].to_device(size_t(slots()));
+      decode_work();
+      output_stage_[set].to_host(size_t(F * frame_size_));
+    });
+    advance_slots(tf_, frames_, ds, c);
+    graphs_.mark(set);
+  }
+  flight_.push_back({set, offset_, frames_, F});  // after the work: a step that threw is not in flight
 }
 
 // A step's device work: the codes (uploaded) -> the samples of output_.
@@ -207,12 +233,6 @@ void DecodePlan::seanet(int slot) {
   }
 }
 
-const Buffer& DecodePlan::output() const {
-  if (k_.host_memory) return output_;
-  output_view_.view(output_stage_.host(), output_.capacity(), output_.shape);  // the step copied it there
-  return output_view_;
-}
-
 void DecodePlan::block(DecodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T) {
   const DecoderStage& stage = m_.dec[b];
   StageTimer t(profile_, "dec.seanet.block" + std::to_string(b + 1));
@@ -224,6 +244,7 @@ void DecodePlan::block(DecodeStream& st, size_t b, Scratch& sc, int64_t& C, int6
 }
 
 const Buffer& DecodePlan::stage(const std::string& name) const {
+  check_none_in_flight(flight_, "stage()");  // a step in flight may still be writing them
   const Buffer* b = name == "quantized_latent"          ? &quantized_
                     : name == "upsampled_latent"        ? &upsampled_
                     : name == "decoder_transformer_out" ? &tf_out_

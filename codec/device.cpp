@@ -22,7 +22,8 @@ const Kernels kRef{MIMI_OP_TABLE(ref), ref::resblock, MIMI_MEMORY_TABLE(cpu), tr
 const GraphOps kGpuGraphs{gpu::stream_create,       gpu::stream_destroy, gpu::set_stream,  gpu::capture_begin,
                           gpu::capture_end,         gpu::capture_abort,  gpu::graph_launch, gpu::graph_destroy,
                           gpu::stream_synchronize,  gpu::host_alloc,     gpu::host_free,    gpu::copy_to_device_async,
-                          gpu::copy_to_host_async};
+                          gpu::copy_to_host_async,  gpu::event_create,   gpu::event_destroy, gpu::event_record,
+                          gpu::event_synchronize};
 // no fused resblock on the GPU: the plans compose it from the ops
 const FusedOps kGpuFused{gpu::linear_gelu, gpu::linear_scale_add, gpu::layer_norm_linear};
 const Kernels kGpu{MIMI_OP_TABLE(gpu), nullptr, MIMI_MEMORY_TABLE(gpu), false, &kGpuGraphs, &kGpuFused};

@@ -37,6 +37,11 @@ struct GraphOps {
   void (*host_free)(void* p);
   void (*copy_to_device_async)(void* dst, const void* host_src, size_t bytes);
   void (*copy_to_host_async)(void* host_dst, const void* src, size_t bytes);
+  // events: a host waits for one step of a stream while the next is queued behind it
+  void* (*event_create)();
+  void (*event_destroy)(void* event);
+  void (*event_record)(void* event, void* stream);
+  void (*event_synchronize)(void* event);
 };
 
 // Optional fused ops (kernels/gpu/ops.h): each gives bitwise the result of the ops it replaces,

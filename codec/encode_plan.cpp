@@ -43,12 +43,16 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   rvq_work_.allocate(k_, {rvq_work_floats(c.q_dimension, B * max_frames, c.bins)});
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
   positions_dev_ = alloc_codes(k_, size_t(B));
-  input_stage_.allocate(k_, input_.ptr(), size_t(B * T));
-  positions_stage_.allocate(k_, positions_dev_.get(), size_t(B));
-  codes_stage_.allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames));
+  for (int set = 0; set < 2; ++set) {
+    input_stage_[set].allocate(k_, input_.ptr(), size_t(B * T));
+    positions_stage_[set].allocate(k_, positions_dev_.get(), size_t(B));
+    codes_stage_[set].allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames), /*own_host=*/true);
+  }
   codes_.reserve(size_t(n_q) * size_t(B * max_frames));
   offset_.assign(size_t(B), 0);
   frames_.assign(size_t(B), 0);
+  result_offset_.assign(size_t(B), 0);
+  result_frames_.assign(size_t(B), 0);
   // stream state, per slot
   streams_.resize(size_t(B));
   for (EncodeStream& s : streams_) {
@@ -69,8 +73,11 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
 }
 
 void EncodePlan::reset() {
+  discard();
   for (EncodeStream& s : streams_) s.reset();
 }
+
+void EncodePlan::discard() noexcept { discard_flight(flight_, graphs_); }
 
 void EncodePlan::reset(int slot) {
   if (slot < 0 || slot >= slots()) throw Error(ErrorKind::Usage, "no slot " + std::to_string(slot));
@@ -80,18 +87,21 @@ void EncodePlan::reset(int slot) {
 void EncodePlan::bind_input(const float* pcm, int64_t T) {
   if (T < 1 || T > samples())
     throw Error(ErrorKind::Usage, "encode plan for " + std::to_string(samples()) + " samples got " + std::to_string(T));
+  check_none_in_flight(flight_, "bind_input()");
   bound_frames_ = (T + frame_size_ - 1) / frame_size_;
-  std::copy_n(pcm, T, input_stage_.host());  // copied to the device with the step
-  std::fill(input_stage_.host() + T, input_stage_.host() + bound_frames_ * frame_size_, 0.0f);
+  float* staged = input_stage_[0].host();  // run() submits with set 0; copied to the device with the step
+  std::copy_n(pcm, T, staged);
+  std::fill(staged + T, staged + bound_frames_ * frame_size_, 0.0f);
 }
 
 void EncodePlan::run() {
   if (bound_frames_ < 1) throw Error(ErrorKind::Usage, "encode plan: bind_input before run");
-  reset();
+  reset();  // nothing in flight: the step takes set 0, where bind_input() staged the samples
   std::vector<int64_t> frames(size_t(slots()), 0);
   frames[0] = bound_frames_;
   set_frames(frames.data());
-  encode();
+  encode(0);
+  collect();
 }
 
 void EncodePlan::push(const float* pcm, int64_t n) {
@@ -118,11 +128,24 @@ void EncodePlan::set_frames(const int64_t* frames) {
 }
 
 void EncodePlan::step(const float* const* pcm, const int64_t* frames) {
+  check_none_in_flight(flight_, "step()");
+  submit(pcm, frames);
+  collect();
+}
+
+void EncodePlan::submit(const float* const* pcm, const int64_t* frames) {
+  const int set = free_set(flight_);
   set_frames(frames);
+  float* staged = input_stage_[set].host();
   for (int s = 0; s < slots(); ++s)  // the active slots side by side, copied to the device with the step
     if (frames_[size_t(s)] > 0)
-      std::copy_n(pcm[s], frames_[size_t(s)] * frame_size_, input_stage_.host() + offset_[size_t(s)] * frame_size_);
-  encode();
+      std::copy_n(pcm[s], frames_[size_t(s)] * frame_size_, staged + offset_[size_t(s)] * frame_size_);
+  encode(set);
+}
+
+void EncodePlan::collect() {
+  const StepInFlight f = collect_flight(flight_, graphs_, result_offset_, result_frames_);
+  codes_.assign(codes_stage_[f.set].host(), codes_stage_[f.set].host() + size_t(n_q_) * size_t(f.total));
 }
 
 // The SEANet encoder of one slot: its samples of input_ -> its columns of seanet_out_ (and a
@@ -157,7 +180,7 @@ void EncodePlan::seanet(int slot) {
   k_.copy2d(tf_out_.ptr() + o, Tt, s.a.ptr(), T, T, D);
 }
 
-void EncodePlan::encode() {
+void EncodePlan::encode(int set) {
   const Config& c = m_.cfg;
   const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
   set_shape(input_, {1, F * frame_size_});
@@ -166,18 +189,21 @@ void EncodePlan::encode() {
   set_shape(latent_, {D, F});
   set_shape(first_in_, {Q, F});
   set_shape(rest_in_, {Q, F});
-  codes_.resize(size_t(n_q_) * size_t(F));
-  if (F == 0) return;
-  const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_.host());
-  graphs_.run(frames_, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the codes out: one graph
-    input_stage_.to_device(size_t(F * frame_size_));
-    positions_stage_.to_device(size_t(slots()));
-    encode_work();
-    codes_stage_.to_host(codes_.size());
-  });
-  advance_slots(tf_, frames_, ds, c);
-  graphs_.synchronize();
-  std::copy_n(codes_stage_.host(), codes_.size(), codes_.data());
+  if (F > 0) {
+    const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_[set].host());
+    // The graph copies from and to this set's host buffers: one graph per (shape, set).
+    std::vector<int64_t> key = frames_;
+    key.push_back(set);
+    graphs_.run(key, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the codes out: one graph
+      input_stage_[set].to_device(size_t(F * frame_size_));
+      positions_stage_[set].to_device(size_t(slots()));
+      encode_work();
+      codes_stage_[set].to_host(size_t(n_q_) * size_t(F));
+    });
+    advance_slots(tf_, frames_, ds, c);
+    graphs_.mark(set);
+  }
+  flight_.push_back({set, offset_, frames_, F});  // after the work: a step that threw is not in flight
 }
 
 void EncodePlan::encode_work() {
@@ -232,6 +258,7 @@ void EncodePlan::block(EncodeStream& st, size_t b, Scratch& sc, int64_t& C, int6
 }
 
 const Buffer& EncodePlan::stage(const std::string& name) const {
+  check_none_in_flight(flight_, "stage()");  // a step in flight may still be writing them
   const Buffer* b = name == "input"                     ? &input_
                     : name == "seanet_encoder_out"      ? &seanet_out_
                     : name == "encoder_transformer_out" ? &tf_out_

@@ -20,6 +20,12 @@
 // column-invariant ops of kernels/ops.h), so a stream's codes and samples are bitwise those it
 // gets alone in a one-slot plan with the same chunks, whatever the other slots hold.
 //
+// Pipelined steps (what the batch runner does, codec/batch.cpp): submit() queues a step and
+// returns once its inputs are staged; collect() waits for the oldest submitted step and makes its
+// results readable. Two steps may be in flight, each with its own staging set (pinned host
+// buffers on a GPU), so the host fills step k+1's inputs and hands out step k's results while the
+// device computes; on the CPU the work runs inside submit() and collect() only publishes.
+//
 // Inside a push, the SEANet stages with many values per frame (the encoder's first blocks and
 // the decoder's last ones, 64-128 channels at 6-24 kHz) run on sub-chunks of a few frames, so
 // their activations stay in cache instead of streaming tens of MB through memory per pass; the
@@ -28,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -94,6 +101,13 @@ struct Scratch {
   Buffer stats;               // [2, T]: LayerNorm's column statistics, for a fused layer_norm_linear
 };
 
+// A step submitted and not yet collected: its staging set and its slots' columns.
+struct StepInFlight {
+  int set = 0;
+  std::vector<int64_t> offset, frames;
+  int64_t total = 0;
+};
+
 // The stream state of one encode slot.
 struct EncodeStream {
   ConvState conv_in, conv_out, down;
@@ -129,20 +143,29 @@ class EncodePlan {
   void push(const float* pcm, int64_t frames);
   // One step of every slot: pcm[s] holds frames[s] * frame_size samples for slot s; frames[s]
   // in 0..max_frames, 0 = the slot sits this step out (its stream is untouched).
+  // step() = submit() then collect(); push(), step() and run() need no step in flight.
   void step(const float* const* pcm, const int64_t* frames);
-  // [n_q, F] of the last push/step, F = the frames of all its slots, slot s in columns
+  // Pipelined steps: submit() queues the step (pcm may be reused as soon as it returns; at most
+  // two in flight); collect() waits for the oldest one and makes its codes readable.
+  void submit(const float* const* pcm, const int64_t* frames);
+  void collect();
+  int in_flight() const { return int(flight_.size()); }
+  // Waits for the steps in flight and drops their results (a runner that stopped on an error);
+  // reset() does it too.
+  void discard() noexcept;
+  // [n_q, F] of the last collected step, F = the frames of all its slots, slot s in columns
   // [slot_offset(s), slot_offset(s) + slot_frames(s)) (row stride F).
   const std::vector<int32_t>& codes() const { return codes_; }
-  int64_t slot_offset(int slot) const { return offset_.at(size_t(slot)); }
-  int64_t slot_frames(int slot) const { return frames_.at(size_t(slot)); }
+  int64_t slot_offset(int slot) const { return result_offset_.at(size_t(slot)); }
+  int64_t slot_frames(int slot) const { return result_frames_.at(size_t(slot)); }
 
   // Whole signal in slot 0: copies pcm[0:T] (1 <= T <= samples()), zero-pads to whole frames;
   // run() then encodes it from a fresh state in one push of ceil(T / frame_size) frames.
   void bind_input(const float* pcm, int64_t T);
   void run();
 
-  // Of the last push/step (active slots side by side, as codes()), in host memory (copied from
-  // the device when the plan runs on one): "input", "seanet_encoder_out",
+  // Of the last push/step (active slots side by side, as codes()), with no step in flight, in host
+  // memory (copied from the device when the plan runs on one): "input", "seanet_encoder_out",
   // "encoder_transformer_out", "latent", "rvq_first_in", "rvq_rest_in"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
@@ -154,7 +177,7 @@ class EncodePlan {
 
  private:
   void set_frames(const int64_t* frames);  // offsets, the total, checks
-  void encode();                           // input_ holds the active slots' samples
+  void encode(int set);                    // input_stage_[set] holds the active slots' samples
   void encode_work();                      // encode()'s device work (captured, codec/step_graph.h)
   void seanet(int slot);                   // its input -> its columns of seanet_out_ and tf_out_
   // encoder block b on sc.a [C, T] in place (T and C updated)
@@ -165,21 +188,24 @@ class EncodePlan {
   int64_t max_frames_, frame_size_;
   int n_q_;
   int64_t bound_frames_ = 0;
-  std::vector<int64_t> offset_, frames_;  // per slot, of the last step
-  int64_t total_ = 0;                     // frames of the last step
+  std::vector<int64_t> offset_, frames_;  // per slot, of the last step submitted
+  int64_t total_ = 0;                     // frames of the last step submitted
+  std::deque<StepInFlight> flight_;             // submitted, not collected; oldest first
+  std::vector<int64_t> result_offset_, result_frames_;  // per slot, of the last step collected
   Buffer input_, seanet_out_, tf_out_, latent_, first_in_, rest_in_;  // all slots side by side
   Buffer rvq_work_;  // rvq_encode's scratch (kernels/ops.h rvq_work_floats)
   std::shared_ptr<int32_t> codes_dev_;  // [n_q, slots * max_frames] on the device
-  std::vector<int32_t> codes_;          // the last step's codes in host memory
+  std::vector<int32_t> codes_;          // the last collected step's codes in host memory
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch head_;  // the sub-chunked SEANet head
   std::vector<EncodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
   std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf
-  // the step's transfers (codec/step_graph.h Staged): samples in, positions in, codes out
-  Staged<float> input_stage_;
-  Staged<int32_t> positions_stage_, codes_stage_;
+  // a step's transfers (codec/step_graph.h Staged), per staging set: samples in, positions in,
+  // codes out
+  Staged<float> input_stage_[2];
+  Staged<int32_t> positions_stage_[2], codes_stage_[2];
   Profile* profile_ = nullptr;
   mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
   StepGraphs graphs_;  // last: its graphs go before the buffers they use
@@ -200,18 +226,25 @@ class DecodePlan {
   void push(const int32_t* codes, int64_t frames);
   // One step of every slot: codes[s] [n_q, frames[s]] (row stride frames[s]); frames[s] in
   // 0..max_frames, 0 = the slot sits this step out.
+  // step() = submit() then collect(); push(), step() and run() need no step in flight.
   void step(const int32_t* const* codes, const int64_t* frames);
-  // [1, F * frame_size] of the last push/step, in host memory (copied from a device); slot s at
-  // samples [slot_offset(s), slot_offset(s) + slot_frames(s)) * frame_size.
-  const Buffer& output() const;
-  int64_t slot_offset(int slot) const { return offset_.at(size_t(slot)); }
-  int64_t slot_frames(int slot) const { return frames_.at(size_t(slot)); }
+  // Pipelined steps, as EncodePlan's: the codes are checked and staged by submit().
+  void submit(const int32_t* const* codes, const int64_t* frames);
+  void collect();
+  int in_flight() const { return int(flight_.size()); }
+  void discard() noexcept;
+  // [1, F * frame_size] of the last collected step, in host memory (copied from the device, or
+  // out of the plan's buffer on the CPU), valid until the next submit(); slot s at samples
+  // [slot_offset(s), slot_offset(s) + slot_frames(s)) * frame_size.
+  const Buffer& output() const { return output_view_; }
+  int64_t slot_offset(int slot) const { return result_offset_.at(size_t(slot)); }
+  int64_t slot_frames(int slot) const { return result_frames_.at(size_t(slot)); }
 
   // Whole signal in slot 0: codes [n_q, max_frames]; run() decodes them from a fresh state.
   void bind_codes(const int32_t* codes);
   void run();
 
-  // Of the last push/step, in host memory: "quantized_latent", "upsampled_latent",
+  // Of the last push/step, with no step in flight, in host memory: "quantized_latent", "upsampled_latent",
   // "decoder_transformer_out", "output"
   const Buffer& stage(const std::string& name) const;
   void set_profile(Profile* p) { profile_ = p; }
@@ -231,9 +264,11 @@ class DecodePlan {
   const Kernels& k_;
   int64_t max_frames_, frame_size_;
   int n_q_;
-  std::vector<int64_t> offset_, frames_;  // per slot, of the last step
+  std::vector<int64_t> offset_, frames_;  // per slot, of the last step submitted
   int64_t total_ = 0;
-  std::vector<int32_t> codes_;          // bind_codes(): [n_q, max_frames]; step(): the gathered codes
+  std::deque<StepInFlight> flight_;             // submitted, not collected; oldest first
+  std::vector<int64_t> result_offset_, result_frames_;  // per slot, of the last step collected
+  std::vector<int32_t> codes_;          // bind_codes(): [n_q, max_frames]
   std::shared_ptr<int32_t> codes_dev_;  // [n_q, total] of a step on the device
   Buffer sum_, quantized_, tmp_, upsampled_, tf_out_, output_;  // all slots side by side
   SeanetSplit split_;
@@ -242,10 +277,11 @@ class DecodePlan {
   std::vector<DecodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
   std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf
-  // the step's transfers (codec/step_graph.h Staged): codes and positions in, samples out
-  Staged<int32_t> codes_stage_, positions_stage_;
-  Staged<float> output_stage_;
-  mutable Buffer output_view_;  // output() of a device plan: a view of output_stage_'s host memory
+  // a step's transfers (codec/step_graph.h Staged), per staging set: codes and positions in,
+  // samples out (host memory of their own: a collected step's samples outlive the next submit)
+  Staged<int32_t> codes_stage_[2], positions_stage_[2];
+  Staged<float> output_stage_[2];
+  Buffer output_view_;  // output(): a view of the collected step's output_stage_ host memory
   Profile* profile_ = nullptr;
   mutable std::map<std::string, Buffer> host_copies_;  // stage() of a device plan
   StepGraphs graphs_;  // last: its graphs go before the buffers they use

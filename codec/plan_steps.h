@@ -65,6 +65,16 @@ bool stage_slots(const std::vector<TransformerState*>& tf, const std::vector<int
 void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
                    const Config& c);
 
+// Pipelined steps (codec/plan.h): the staging set for the next submit (the one no step in flight
+// holds; throws Error(Usage) with two in flight), and collect's bookkeeping.
+int free_set(const std::deque<StepInFlight>& flight);
+// Pops the oldest step after `graphs` waited for it; its columns go to offset/frames.
+StepInFlight collect_flight(std::deque<StepInFlight>& flight, StepGraphs& graphs, std::vector<int64_t>& offset,
+                            std::vector<int64_t>& frames);
+void check_none_in_flight(const std::deque<StepInFlight>& flight, const char* what);
+// Waits for every step in flight and drops them; never throws (used on error paths).
+void discard_flight(std::deque<StepInFlight>& flight, StepGraphs& graphs) noexcept;
+
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq);
 
 // Sizes scratch buffers from the stages that will run on them: each conv's input and output

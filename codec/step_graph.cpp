@@ -13,12 +13,28 @@ void StepGraphs::synchronize() {
   if (ops_) ops_->stream_synchronize(stream_);
 }
 
+void StepGraphs::mark(int set) {
+  if (!ops_) return;
+  void*& e = events_[set & 1];
+  if (!e) e = ops_->event_create();
+  ops_->event_record(e, stream_);
+}
+
+void StepGraphs::wait(int set) {
+  if (ops_ && events_[set & 1]) ops_->event_synchronize(events_[set & 1]);
+}
+
 StepGraphs::StepGraphs(const Kernels& k) : ops_(k.graphs) {
   if (ops_) stream_ = ops_->stream_create();
 }
 
 StepGraphs::~StepGraphs() {
   if (!ops_) return;
+  try {  // steps still in flight (an exception left them) finish before their buffers go
+    ops_->stream_synchronize(stream_);
+  } catch (...) {
+  }
+  for (void* e : events_) ops_->event_destroy(e);
   for (Entry& e : entries_) ops_->graph_destroy(e.graph);
   ops_->stream_destroy(stream_);
 }

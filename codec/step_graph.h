@@ -37,17 +37,20 @@ std::shared_ptr<void> pinned_alloc(const Kernels& k, size_t bytes);
 // The host side of a device buffer that a step fills from the host or hands back to it. On a
 // backend with graphs: page-locked memory (pinned_alloc), copied asynchronously on the plan's
 // stream inside the step's work, so the copies are captured with it and run at DMA speed; the
-// host reads an output after StepGraphs::synchronize(). On a host-memory backend: the device
-// buffer itself (no copy). Otherwise (the GPU plans' code path on the CPU, in tests): a host
-// vector and synchronous copies.
+// host reads an output after StepGraphs::wait() for its step. On a host-memory backend: the
+// device buffer itself (no copy), unless `own_host` (an output that must outlive the next step
+// while steps are pipelined: then a copy into a host vector). Otherwise (the GPU plans' code path
+// on the CPU, in tests): a host vector and synchronous copies.
+// Plans keep two of each (one per step in flight), so the host fills the next step's inputs and
+// reads the last step's outputs while the device computes (EncodePlan::submit/collect).
 template <class T>
 class Staged {
  public:
-  void allocate(const Kernels& k, T* device, size_t n) {
+  void allocate(const Kernels& k, T* device, size_t n, bool own_host = false) {
     k_ = &k;
     dev_ = device;
     if ((pinned_ = pinned_alloc(k, n * sizeof(T)))) host_ = static_cast<T*>(pinned_.get());
-    else if (k.host_memory) host_ = device;
+    else if (k.host_memory && !own_host) host_ = device;
     else plain_.assign(n, T{}), host_ = plain_.data();
   }
   T* host() const { return host_; }
@@ -87,7 +90,7 @@ struct GraphStats {
 
 class StepGraphs {
  public:
-  static constexpr size_t kMaxGraphs = 8;
+  static constexpr size_t kMaxGraphs = 16;  // 8 step shapes x the 2 staging sets
 
   explicit StepGraphs(const Kernels& k);
   ~StepGraphs();
@@ -100,8 +103,13 @@ class StepGraphs {
   // is one, captured when `steady` and the key is seen the second time, else run op by op.
   void run(const std::vector<int64_t>& key, bool steady, const std::function<void()>& work);
 
-  // Waits for this plan's stream (the last step's work and copies), before the host reads them.
+  // Waits for this plan's stream (every step submitted so far, work and copies).
   void synchronize();
+  // Step bookkeeping for two steps in flight: mark(i) after submitting a step whose transfers use
+  // staging set i; wait(i) blocks until that step's work and copies are done (the steps queued
+  // after it keep running). Without streams both do nothing (the work ran when it was submitted).
+  void mark(int set);
+  void wait(int set);
 
   void set_enabled(bool on) { enabled_ = on; }  // off: every step op by op (still on the stream)
   void set_stats(GraphStats* sink) { sink_ = sink; }  // counts also go there (nullptr: only here)
@@ -117,6 +125,7 @@ class StepGraphs {
 
   const GraphOps* ops_;
   void* stream_ = nullptr;
+  void* events_[2] = {nullptr, nullptr};  // per staging set, created on first use
   bool enabled_ = true;
   std::list<Entry> entries_;  // most recently used first, at most kMaxGraphs with a graph
   GraphStats stats_;

@@ -108,6 +108,123 @@ void check_batched(const Setup& su, const std::vector<int64_t>& lengths, int n_q
   }
 }
 
+// The plans' pipelined steps (two in flight, codec/plan.h): a script of steps over 3 slots
+// (frames per slot, 0 = sitting out, a short chunk, a slot reset mid-way) run with step() and
+// then as the batch runner runs it (submit k+1, then collect k) give every step the same codes,
+// columns and samples, bitwise; the misuses are usage errors.
+void check_pipelined(const Device& d, const Kernels* kernels) {
+  const auto model = reference_model("tiny-window", Dialect::Moshi);
+  const int64_t fs = model->cfg.frame_size(), chunk = 2;
+  const int n_q = 8, slots = 3;
+  EngineOptions o;  // plans from engines, which place the model on the device
+  o.device = d;
+  o.kernels = kernels;
+  o.chunk_frames = chunk;
+  Engine one(model, o), two(model, o);
+  std::vector<std::vector<int64_t>> script = {{2, 2, 2}, {2, 0, 2}, {1, 2, 2}, {2, 2, 0}, {0, 2, 2},
+                                              {2, 1, 2}, {2, 2, 2}, {0, 0, 1}, {2, 2, 2}};
+  for (int i = 0; i < 8; ++i) script.push_back({2, 2, 2});  // steady: captured and replayed from each staging set
+  const int reset_before = 5;  // slot 0 starts a new signal at this step
+  std::vector<std::vector<float>> pcm;  // [step][slot]: chunk frames of samples
+  for (size_t i = 0; i < script.size() * slots; ++i) pcm.push_back(signal(chunk * fs, uint32_t(100 + i)));
+  auto ptrs = [&](size_t step) {
+    std::vector<const float*> p;
+    for (int s = 0; s < slots; ++s) p.push_back(pcm[step * slots + size_t(s)].data());
+    return p;
+  };
+  struct Result {
+    std::vector<int32_t> codes;
+    std::vector<int64_t> offset, frames;
+    std::vector<float> samples;
+  };
+  auto read_enc = [&](const EncodePlan& p) {
+    Result r{p.codes(), {}, {}, {}};
+    for (int s = 0; s < slots; ++s) r.offset.push_back(p.slot_offset(s)), r.frames.push_back(p.slot_frames(s));
+    return r;
+  };
+  auto read_dec = [&](const DecodePlan& p) {
+    Result r{{}, {}, {}, {p.output().ptr(), p.output().ptr() + p.output().size()}};
+    for (int s = 0; s < slots; ++s) r.offset.push_back(p.slot_offset(s)), r.frames.push_back(p.slot_frames(s));
+    return r;
+  };
+  // one step at a time
+  std::vector<Result> want_enc, want_dec;
+  EncodePlan& e1 = one.encode_plan(chunk, n_q, slots);
+  DecodePlan& d1 = one.decode_plan(chunk, n_q, slots);
+  std::vector<std::vector<std::vector<int32_t>>> step_codes;  // [step][slot]: [n_q, frames] for decoding
+  for (size_t i = 0; i < script.size(); ++i) {
+    if (int(i) == reset_before) e1.reset(0), d1.reset(0);
+    e1.step(ptrs(i).data(), script[i].data());
+    want_enc.push_back(read_enc(e1));
+    const int64_t F = int64_t(e1.codes().size()) / n_q;
+    std::vector<std::vector<int32_t>> per_slot(slots);
+    std::vector<const int32_t*> cp;
+    for (int s = 0; s < slots; ++s) {
+      for (int q = 0; q < n_q; ++q)
+        for (int64_t f = 0; f < script[i][size_t(s)]; ++f)
+          per_slot[size_t(s)].push_back(e1.codes()[size_t(q * F + e1.slot_offset(s) + f)]);
+      cp.push_back(per_slot[size_t(s)].data());
+    }
+    d1.step(cp.data(), script[i].data());
+    want_dec.push_back(read_dec(d1));
+    step_codes.push_back(std::move(per_slot));
+  }
+  // pipelined: submit step i, then collect step i - 1
+  EncodePlan& e2 = two.encode_plan(chunk, n_q, slots);
+  DecodePlan& d2 = two.decode_plan(chunk, n_q, slots);
+  for (size_t i = 0; i <= script.size(); ++i) {
+    CAPTURE(i);
+    if (i < script.size()) {
+      if (int(i) == reset_before) e2.reset(0), d2.reset(0);  // a slot reset with a step in flight
+      std::vector<const int32_t*> cp;
+      for (int s = 0; s < slots; ++s) cp.push_back(step_codes[i][size_t(s)].data());
+      e2.submit(ptrs(i).data(), script[i].data());
+      d2.submit(cp.data(), script[i].data());
+      for (int s = 0; s < slots; ++s) {
+        std::vector<float>& x = pcm[i * slots + size_t(s)];
+        std::fill(x.begin(), x.end(), 9.0f);
+      }
+      CHECK(e2.in_flight() == (i == 0 ? 1 : 2));
+    }
+    if (i == 0) continue;
+    e2.collect();
+    d2.collect();
+    const Result ge = read_enc(e2), gd = read_dec(d2);
+    CHECK(ge.codes == want_enc[i - 1].codes);
+    CHECK(ge.offset == want_enc[i - 1].offset);
+    CHECK(ge.frames == want_enc[i - 1].frames);
+    CHECK(gd.offset == want_dec[i - 1].offset);
+    REQUIRE(gd.samples.size() == want_dec[i - 1].samples.size());
+    CHECK(std::memcmp(gd.samples.data(), want_dec[i - 1].samples.data(), gd.samples.size() * sizeof(float)) == 0);
+  }
+  CHECK(e2.in_flight() == 0);
+  const Kernels& k = kernels ? *kernels : kernels_for(d);
+  if (k.graphs) {  // both staging sets' graphs captured, then replayed, while pipelined
+    CHECK(e2.graph_stats().captured == 2);
+    CHECK(e2.graph_stats().replayed >= 4);
+    CHECK(d2.graph_stats().captured == 2);
+    CHECK(d2.graph_stats().replayed >= 4);
+  }
+  // misuse: a third step in flight, collect() with none, step()/run() with one in flight
+  const std::vector<float> x = signal(chunk * fs, 7);
+  const std::vector<const float*> xs(slots, x.data());
+  const std::vector<int64_t> full(slots, chunk);
+  CHECK_THROWS_AS(e2.collect(), Error);
+  e2.submit(xs.data(), full.data());
+  e2.submit(xs.data(), full.data());
+  CHECK_THROWS_AS(e2.submit(xs.data(), full.data()), Error);
+  CHECK(e2.in_flight() == 2);
+  CHECK_THROWS_AS(e2.step(xs.data(), full.data()), Error);
+  CHECK_THROWS_AS(e2.bind_input(x.data(), chunk * fs), Error);
+  e2.discard();  // what the runner does when it stops on an error
+  CHECK(e2.in_flight() == 0);
+  e2.reset();
+  e2.step(ptrs(0).data(), script[0].data());  // ptrs(0) now holds 9.0s: compare with the other plan
+  e1.reset();
+  e1.step(ptrs(0).data(), script[0].data());
+  CHECK(e2.codes() == e1.codes());
+}
+
 // Lengths around frame and chunk edges, and long enough to cross tiny-window's 5-step window.
 std::vector<int64_t> edge_lengths(int64_t fs, int64_t chunk) {
   return {1, fs - 1, fs, fs + 1, chunk * fs, chunk * fs + 7, 3 * chunk * fs + fs / 2, 11 * fs + 3, 2 * fs};
@@ -187,6 +304,11 @@ TEST_CASE("batch: a slot that sits steps out mid-stream, and a slot reset on its
     if (s0) CHECK(slot_codes(0) == (on_c ? rc[ic++] : ra[ia++]));
     if (b_turn) CHECK(slot_codes(1) == rb[ib++]);
   }
+}
+
+TEST_CASE("batch: pipelined plan steps (two in flight) give what step() gives") {
+  check_pipelined(Device{}, nullptr);
+  check_pipelined(Device{}, &cpu_as_device());
 }
 
 TEST_CASE("batch: a slot count or chunk the runner cannot use is a usage error") {
@@ -273,6 +395,7 @@ TEST_CASE("batch: a failing item fails alone; the others finish as if alone") {
 TEST_CASE("batch gpu: tiny and full configs on the GPU") {
   const Device d = Device::parse(gpu_device_or_skip("the batch tests"));
   tiny_cases(d, nullptr);
+  check_pipelined(d, nullptr);
   const Setup su{reference_model("full", Dialect::Moshi), d, nullptr};
   const int64_t fs = su.model->cfg.frame_size();
   check_batched(su, {2 * fs + 100, fs, 3 * fs + 1}, 8, 2, {2});

@@ -59,5 +59,11 @@ void* host_alloc(size_t bytes);
 void host_free(void* p);
 void copy_to_device_async(void* dst, const void* host_src, size_t bytes);
 void copy_to_host_async(void* host_dst, const void* src, size_t bytes);
+// Events, so that a host waits for one step of a stream while later steps are queued behind it:
+// event_record(e, s) marks the work submitted to s so far; event_synchronize(e) waits for it.
+void* event_create();
+void event_destroy(void* event);
+void event_record(void* event, void* stream);
+void event_synchronize(void* event);
 
 }  // namespace mimi::gpu

@@ -86,6 +86,19 @@ void copy_to_host_async(void* host_dst, const void* src, size_t bytes) {
   if (bytes) check(gpuMemcpyAsync(host_dst, src, bytes, gpuMemcpyDeviceToHost, tls_stream), "async download");
 }
 
+void* event_create() {
+  gpuEvent_t e = nullptr;
+  check(gpuEventCreateNoTiming(&e), "event create");
+  return e;
+}
+void event_destroy(void* event) {
+  if (event) (void)gpuEventDestroy(static_cast<gpuEvent_t>(event));
+}
+void event_record(void* event, void* stream) {
+  check(gpuEventRecord(static_cast<gpuEvent_t>(event), as_stream(stream)), "event record");
+}
+void event_synchronize(void* event) { check(gpuEventSynchronize(static_cast<gpuEvent_t>(event)), "event synchronize"); }
+
 namespace {
 void* zeroed(size_t bytes) {
   void* p = nullptr;

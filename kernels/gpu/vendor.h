@@ -46,6 +46,11 @@
 #define gpuMemsetAsync mimi_emu::MemsetAsync
 #define gpuMemcpyAsync mimi_emu::MemcpyAsync
 #define gpuMallocHost mimi_emu::MallocHost
+#define gpuEvent_t cudaEvent_t
+#define gpuEventCreateNoTiming(e) mimi_emu::EventCreate(e)
+#define gpuEventRecord mimi_emu::EventRecord
+#define gpuEventSynchronize mimi_emu::EventSynchronize
+#define gpuEventDestroy mimi_emu::EventDestroy
 #define gpuFreeHost mimi_emu::FreeHost
 #define MIMI_WARP_FULL_MASK mimi_emu_full_mask()
 // kernel<<<grid, block, shmem, stream>>>(args...)
@@ -88,6 +93,11 @@
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuMemcpyAsync hipMemcpyAsync
 #define gpuMallocHost(p, bytes) hipHostMalloc(p, bytes, hipHostMallocDefault)
+#define gpuEvent_t hipEvent_t
+#define gpuEventCreateNoTiming(e) hipEventCreateWithFlags(e, hipEventDisableTiming)
+#define gpuEventRecord hipEventRecord
+#define gpuEventSynchronize hipEventSynchronize
+#define gpuEventDestroy hipEventDestroy
 #define gpuFreeHost hipHostFree
 #define MIMI_WARP_FULL_MASK 0xffffffffffffffffull
 #else
@@ -125,6 +135,11 @@
 #define gpuMemsetAsync cudaMemsetAsync
 #define gpuMemcpyAsync cudaMemcpyAsync
 #define gpuMallocHost cudaMallocHost
+#define gpuEvent_t cudaEvent_t
+#define gpuEventCreateNoTiming(e) cudaEventCreateWithFlags(e, cudaEventDisableTiming)
+#define gpuEventRecord cudaEventRecord
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventDestroy cudaEventDestroy
 #define gpuFreeHost cudaFreeHost
 #define MIMI_WARP_FULL_MASK 0xffffffffu
 #endif
