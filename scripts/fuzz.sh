@@ -21,8 +21,8 @@ cd "$(dirname "$0")/.."
 
 ALL=(safetensors_weights safetensors_tokens npy text mimi config audio stream_encode stream_decode manifest)
 OUT=build-fuzz
-# stream_encode: 4 KB is up to 250 frames of the micro model (raw s16 PCM at its 1 kHz); longer streams only repeat the
-# per-frame path and cut the exec rate in half.
+# stream_encode: 4 KB is up to 64 frames of the streaming micro model (raw s16 PCM at its 1 kHz);
+# longer streams only repeat the per-frame path and cut the exec rate in half.
 declare -A MAXLEN=([safetensors_weights]=32768 [safetensors_tokens]=4096 [npy]=4096 [text]=4096 [mimi]=4096
                    [config]=4096 [audio]=8192 [stream_encode]=4096 [stream_decode]=4096 [manifest]=8192)
 

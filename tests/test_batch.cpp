@@ -205,7 +205,7 @@ void check_pipelined(const Device& d, const Kernels* kernels) {
     CHECK(d2.graph_stats().captured == 2);
     CHECK(d2.graph_stats().replayed >= 4);
   }
-  // misuse: a third step in flight, collect() with none, step()/run() with one in flight
+  // misuse: a third step in flight, collect() with none, step() or bind_input() with one in flight
   const std::vector<float> x = signal(chunk * fs, 7);
   const std::vector<const float*> xs(slots, x.data());
   const std::vector<int64_t> full(slots, chunk);

@@ -14,7 +14,7 @@ namespace mimi::fuzz {
 // The `tiny` test model (tests/data/tiny), one thread, chunks of 8 frames, loaded on first use.
 Engine& tiny_engine();
 
-// The micro model with 8 codebooks (fuzz_micro.h micro_stream_config: 1 kHz, 8 samples a frame),
+// The micro model with 8 codebooks (fuzz_micro.h micro_stream_config: 1 kHz, 32 samples a frame),
 // same options: the streaming harnesses, whose per-frame model work would otherwise cost ten times
 // what the stream parsing they exist for does.
 Engine& micro_stream_engine();

@@ -154,10 +154,11 @@ void token_seeds() {
   put("mimi", "t2x1.repair.mimi", app::write_tokens(b, TokenFormat::Mimi), {1});
   m.resize(m.size() - 30);  // truncated: no end record, part of the last chunk
   put("mimi", "truncated.repair.mimi", m, {1});
-  // stream decode (micro model, 8 samples a frame): .mimi written frame by frame as
-  // `encode --stream` does, and text lines
+  // stream decode (the streaming micro model): .mimi written frame by frame as `encode --stream`
+  // does, and text lines
   Engine& micro = fuzz::micro_stream_engine();
-  const app::TokenFile sa = encoded(micro, 8, 3 * 8 - 3, true), sb = encoded(micro, 2, 8, false);
+  const int64_t mfs = micro.config().frame_size();
+  const app::TokenFile sa = encoded(micro, 8, 3 * mfs - 3, true), sb = encoded(micro, 2, mfs, false);
   nlohmann::json h = app::meta_to_json(sa.meta);
   h["format"] = "mimi-codes";
   h["n_q"] = sa.codes.n_q;
