@@ -34,8 +34,9 @@ struct MemFile {
 sf_count_t vio_len(void* u) { return static_cast<MemFile*>(u)->size(); }
 sf_count_t vio_seek(sf_count_t off, int whence, void* u) {
   auto* m = static_cast<MemFile*>(u);
-  sf_count_t p = whence == SEEK_SET ? off : whence == SEEK_CUR ? m->pos + off : m->size() + off;
-  if (p < 0) return -1;
+  const sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->size();
+  sf_count_t p = 0;
+  if (__builtin_add_overflow(base, off, &p) || p < 0) return -1;  // offsets come from the file's header
   m->pos = p;
   return p;
 }
