@@ -15,7 +15,11 @@ if ! command -v parallel >/dev/null || ! parallel --version 2>/dev/null | grep -
 fi
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to generate the clips"; exit 77; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/mimi-ds-parallel.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+PAR=""
+# On any exit, stop GNU parallel's workers first: removing the directory under running workers
+# fails ("Directory not empty") and leaves them writing into a deleted tree.
+cleanup() { [ -z "$PAR" ] || { kill "$PAR" 2>/dev/null; wait "$PAR" 2>/dev/null; } || true; rm -rf "$T"; }
+trap cleanup EXIT
 cd "$T"
 fail() { echo "FAIL: $*"; exit 1; }
 
@@ -31,9 +35,12 @@ for _ in $(seq 6000); do
   for s in 0 1 2 3 4 5 6 7; do
     j=$(printf 'out/shards/shard-%05d.journal' "$s")
     [ -f "$j" ] && [ -f "pid.$s" ] && [ ! -f "${j%.journal}.done" ] || continue
+    # A worker that finishes its shard between the test above and this read removes the journal
+    # (the .done file is its record): skip the shard then, it cannot be killed mid-shard any more.
+    lines=$(wc -l < "$j" 2>/dev/null) || continue
     # mid-shard: two items journaled (after the begin line) and at least two still to do (the
     # longest come last, so the worker cannot reach the end of the shard before the kill lands)
-    done_items=$(($(wc -l < "$j") - 1))
+    done_items=$((lines - 1))
     planned=$(wc -l < "$(printf 'plan/shard-%05d.jsonl' "$s")")
     if [ "$done_items" -ge 2 ] && [ "$done_items" -le $((planned - 2)) ]; then
       kill -9 "$(cat "pid.$s")" 2>/dev/null && K=$s && break 2
@@ -43,6 +50,7 @@ for _ in $(seq 6000); do
 done
 [ -n "$K" ] || fail "no worker could be killed mid-shard"
 wait "$PAR" && fail "parallel reported success although worker $K was killed" || true
+PAR=""
 SK=$(printf 'shard-%05d' "$K")
 echo "killed the worker of shard $K after $(($(wc -l < "out/shards/$SK.journal") - 1)) journaled items"
 [ -f "out/shards/$SK.done" ] && fail "the killed shard is marked done"
