@@ -37,7 +37,7 @@ for _ in $(seq 6000); do
     [ -f "$j" ] && [ -f "pid.$s" ] && [ ! -f "${j%.journal}.done" ] || continue
     # A worker that finishes its shard between the test above and this read removes the journal
     # (the .done file is its record): skip the shard then, it cannot be killed mid-shard any more.
-    lines=$(wc -l < "$j" 2>/dev/null) || continue
+    lines=$(wc -l 2>/dev/null < "$j") || continue  # (2> first: it must apply before < fails)
     # mid-shard: two items journaled (after the begin line) and at least two still to do (the
     # longest come last, so the worker cannot reach the end of the shard before the kill lands)
     done_items=$((lines - 1))
