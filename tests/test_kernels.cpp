@@ -150,6 +150,9 @@ TEST_CASE("conv1d: cpu vs ref") {
       {16, 24, 10, 5, 1, 1, 2703, PadMode::Zero}, // tiled strided (phase split), T not a multiple
       {8, 8, 4, 2, 1, 2, 1301, PadMode::Replicate},  // phase split, grouped, replicate
       {6, 9, 7, 3, 1, 1, 1700, PadMode::Zero},    // phase split, kernel not a multiple of stride
+      {16, 24, 10, 5, 1, 1, 2708, PadMode::Zero}, // phase split, kernel 2*stride (output pairs), odd T_out
+      {5, 7, 8, 4, 1, 1, 2055, PadMode::Replicate},  // output pairs, replicate, odd T_out in the last tile
+      {64, 128, 8, 4, 1, 1, 4100, PadMode::Zero}, // output pairs at the first downsample's width, ragged tile
   };
   Rng r(2);
   for (const Case& c : cases) {

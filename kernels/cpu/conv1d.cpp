@@ -95,6 +95,89 @@ void deinterleave(const Conv1dShape& s, const float* x, const float* ctx, int64_
   }
 }
 
+// Kernel 2S, stride S (every SEANet downsample): output t = Wlo X[t-1] + Whi X[t], X[u] the S
+// input steps of frame u (all channels), Wlo / Whi taps 0..S-1 / S..2S-1. For a pair (t, t+1)
+// of outputs, t even, Karatsuba's trick takes three products instead of four:
+//   m2 = (Wlo + Whi) X[t],  y[t] = m2 + Wlo (X[t-1] - X[t]),  y[t+1] = m2 + Whi (X[t+1] - X[t]),
+// 3/4 of the conv's multiply-adds. The pairs start at each call's first output, so a stream cut
+// into chunks of an even number of outputs (every Mimi stage this path runs on) sums like the
+// whole signal. Rounding: the differences are exact for equal-sign neighbours within 2x and
+// carry one rounding otherwise; the sums stay within the GEMM's own error bound (tested
+// against the reference in tests/test_kernels.cpp).
+struct PairWeights {
+  std::vector<float> lo, hi, sum;  // [Cout, Cin*S] each: (ci, r) -> tap r, S + r, their sum
+};
+void pair_weights(const Conv1dShape& s, const float* w, PairWeights& pw) {
+  const int64_t S = s.stride, Cin = s.in_channels, Cout = s.out_channels, R = Cin * S;
+  for (auto* v : {&pw.lo, &pw.hi, &pw.sum}) v->resize(size_t(Cout * R));
+  parallel_for(Cout, 8, [&](int64_t c0, int64_t c1) {
+    for (int64_t co = c0; co < c1; ++co)
+      for (int64_t ci = 0; ci < Cin; ++ci)
+        for (int64_t r = 0; r < S; ++r) {
+          const float a = w[(co * Cin + ci) * 2 * S + r], b = w[(co * Cin + ci) * 2 * S + S + r];
+          const size_t i = size_t(co * R + ci * S + r);
+          pw.lo[i] = a;
+          pw.hi[i] = b;
+          pw.sum[i] = a + b;
+        }
+  });
+}
+
+// Adds one tile of n outputs from t0 (t0 even) into y (rows ldy apart, bias already there),
+// given the deinterleaved phases ph [Cin, S, V = n + 1] (ph[ci, r, v] = input step
+// (t0 - 1 + v)*S + r, in frame t0 - 1 + v). scratch: grow-only.
+void pair_tile(const Conv1dShape& s, const PairWeights& pw, const float* ph, int64_t n, float* y, int64_t ldy,
+               std::vector<float>& scratch) {
+  const int64_t S = s.stride, Cin = s.in_channels, Cout = s.out_channels, R = Cin * S, V = n + 1;
+  const int64_t np = n / 2;  // pairs; an odd last output is summed directly below
+  scratch.resize(size_t(std::max(3 * R * np + 3 * Cout * np, 2 * R)));
+  float* e = scratch.data();  // [R, np] X[t]      (t = t0 + 2u)
+  float* d1 = e + R * np;     // [R, np] X[t-1] - X[t]
+  float* d3 = d1 + R * np;    // [R, np] X[t+1] - X[t]
+  float* m2 = d3 + R * np;    // [Cout, np] (Wlo + Whi) X[t]
+  float* ye = m2 + Cout * np; // [Cout, np] y[t]
+  float* yo = ye + Cout * np; // [Cout, np] y[t+1]
+  if (np > 0) {
+    for (int64_t row = 0; row < R; ++row) {  // row (ci, r) of the phases
+      const float* p = ph + row * V;
+      float *er = e + row * np, *a = d1 + row * np, *c = d3 + row * np;
+      for (int64_t u = 0; u < np; ++u) {
+        const float xt = p[2 * u + 1];
+        er[u] = xt;
+        a[u] = p[2 * u] - xt;
+        c[u] = p[2 * u + 2] - xt;
+      }
+    }
+    gemm_serial(Cout, np, R, pw.sum.data(), R, e, np, m2, np, false);
+    std::copy(m2, m2 + Cout * np, ye);
+    std::copy(m2, m2 + Cout * np, yo);
+    gemm_serial(Cout, np, R, pw.lo.data(), R, d1, np, ye, np, true);
+    gemm_serial(Cout, np, R, pw.hi.data(), R, d3, np, yo, np, true);
+    for (int64_t co = 0; co < Cout; ++co) {
+      float* yr = y + co * ldy;
+      const float *a = ye + co * np, *c = yo + co * np;
+      for (int64_t u = 0; u < np; ++u) {
+        yr[2 * u] += a[u];
+        yr[2 * u + 1] += c[u];
+      }
+    }
+  }
+  if (n % 2) {  // the last output alone: Wlo X[t-1] + Whi X[t]
+    const int64_t t = n - 1;
+    float* col = e;  // [2R]: rows (ci, r) of X[t-1], then of X[t]
+    for (int64_t row = 0; row < R; ++row) {
+      col[row] = ph[row * V + t];
+      col[R + row] = ph[row * V + t + 1];
+    }
+    for (int64_t co = 0; co < Cout; ++co) {
+      const float *lo = pw.lo.data() + co * R, *hi = pw.hi.data() + co * R;
+      float acc = 0.0f;
+      for (int64_t row = 0; row < R; ++row) acc += lo[row] * col[row] + hi[row] * col[R + row];
+      y[co * ldy + t] += acc;
+    }
+  }
+}
+
 void direct(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate,
             const float* ctx) {
   const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Cin = s.in_channels;
@@ -177,7 +260,12 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     return;
   }
   const int64_t tiles = (T_out + kTile - 1) / kTile;
+  const bool pairs = phase_path && s.groups == 1 && K == 2 * s.stride;  // see PairWeights
+  thread_local PairWeights pw;
+  if (pairs) pair_weights(s, w, pw);
+  const PairWeights& pwr = pw;  // (thread_local: name it here, workers have their own)
   parallel_for(tiles * s.groups, 1, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> pair_scratch;
     thread_local std::vector<float> col;  // [Cin_g*K, kTile], or the phases [Cin_g, S, V]
     thread_local std::vector<const float*> brows;  // [Cin_g*K]: im2col rows read in place
     col.resize(static_cast<size_t>(phase_path ? cin_g * s.stride * (kTile + K) : rows * kTile));
@@ -197,7 +285,8 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
       if (phase_path) {
         deinterleave(s, x + g * cin_g * Tin, ctx ? ctx + g * cin_g * P : nullptr, cin_g, t0, n, col.data(),
                      brows.data());
-        gemm_serial_rows(cout_g, n, rows, wg, rows, brows.data(), yg, T_out, true);
+        if (pairs) pair_tile(s, pwr, col.data(), n, yg, T_out, pair_scratch);
+        else gemm_serial_rows(cout_g, n, rows, wg, rows, brows.data(), yg, T_out, true);
         continue;
       }
       im2col(s, x + g * cin_g * Tin, ctx ? ctx + g * cin_g * P : nullptr, cin_g, t0, n, col.data());
