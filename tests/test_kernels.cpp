@@ -243,7 +243,7 @@ TEST_CASE("conv1d: a given left context equals the conv of the context-prefixed 
 TEST_CASE("conv_transpose1d: untrimmed output and bias_add") {
   Rng r(22);
   for (auto [cin, cout, k, stride, groups, T] : {std::array<int64_t, 6>{4, 2, 16, 8, 1, 3}, {6, 6, 4, 2, 6, 5}, {5, 3, 12, 6, 1, 1},
-                                                 {4, 3, 8, 4, 1, 1200}, {3, 2, 7, 3, 1, 1100}}) {
+                                                 {4, 3, 8, 4, 1, 1200}, {3, 2, 7, 3, 1, 1100}, {5, 4, 10, 5, 1, 1025}}) {
     ConvTranspose1dShape s{cin, cout, k, stride, groups, T};
     s.trimmed = false;
     CHECK(s.length_out() == (T - 1) * stride + k);
@@ -298,6 +298,8 @@ TEST_CASE("conv_transpose1d: cpu vs ref") {
       {6, 6, 4, 2, 6, 9},    {6, 6, 4, 2, 6, 1},  {4, 6, 4, 2, 2, 5},   {64, 32, 8, 4, 1, 1100},
       {3, 5, 3, 3, 1, 4},    {7, 3, 10, 5, 1, 13}, {33, 33, 4, 2, 33, 50},
       {8, 4, 8, 4, 1, 1500}, {5, 3, 10, 5, 1, 1100}, {3, 2, 7, 3, 1, 1030},  // polyphase path
+      {6, 5, 12, 6, 1, 1301}, {4, 3, 7, 4, 1, 1025},  // polyphase output-step pairs: odd last tile, K < 2S
+      {128, 64, 8, 4, 1, 1024},  // pairs at the last upsample's width
       {300, 3, 16, 8, 1, 2}, {260, 5, 4, 2, 1, 4}, {520, 1, 3, 1, 1, 3},  // skinny, K over KC blocks
   };
   Rng r(3);

@@ -22,6 +22,68 @@ constexpr int64_t kTile = 512;       // input time steps per GEMM tile
 constexpr int64_t kPolyMin = 1024;   // input steps from which the polyphase path pays
 constexpr int64_t kPolyTile = 256;   // output steps per phase per tile
 
+// One polyphase tile of n input steps from t0 (even) by output-step pairs (see polyphase's
+// `pairs`): A [S*Cout, 2*Cin] the stacked phases, psum [S*Cout, Cin] their two halves summed.
+void pair_tile(const ConvTranspose1dShape& s, const float* A, const float* psum, const float* x, int64_t t0,
+               int64_t n, int64_t T_out, const float* bias, float* y) {
+  const int64_t S = s.stride, Cin = s.in_channels, Cout = s.out_channels, Tin = s.length_in, M = S * Cout;
+  const int64_t np = n / 2;
+  thread_local std::vector<float> buf;  // grow-only
+  buf.resize(size_t(3 * Cin * np + 2 * M * np + M));
+  float* e = buf.data();       // [Cin, np] x[t]           (t = t0 + 2u)
+  float* d1 = e + Cin * np;    // [Cin, np] x[t-1] - x[t]
+  float* d3 = d1 + Cin * np;   // [Cin, np] x[t+1] - x[t]
+  float* ze = d3 + Cin * np;   // [M, np] Z[t]
+  float* zo = ze + M * np;     // [M, np] Z[t+1]
+  float* last = zo + M * np;   // [M] Z of an odd tile's last step
+  const auto xat = [&](const float* xr, int64_t t) { return t >= 0 && t < Tin ? xr[t] : 0.0f; };
+  if (np > 0) {
+    for (int64_t ci = 0; ci < Cin; ++ci) {
+      const float* xr = x + ci * Tin;
+      float *er = e + ci * np, *a = d1 + ci * np, *c = d3 + ci * np;
+      const int64_t u_in_lo = t0 >= 1 ? 0 : 1, u_in_hi = std::clamp<int64_t>((Tin - 1 - t0) / 2, 0, np);
+      for (int64_t u = 0; u < np; ++u) {
+        const int64_t t = t0 + 2 * u;
+        if (u >= u_in_lo && u < u_in_hi) {  // t-1, t, t+1 all inside x
+          const float xt = xr[t];
+          er[u] = xt;
+          a[u] = xr[t - 1] - xt;
+          c[u] = xr[t + 1] - xt;
+        } else {
+          const float xt = xat(xr, t);
+          er[u] = xt;
+          a[u] = xat(xr, t - 1) - xt;
+          c[u] = xat(xr, t + 1) - xt;
+        }
+      }
+    }
+    gemm_serial(M, np, Cin, psum, Cin, e, np, ze, np, false);
+    std::copy(ze, ze + M * np, zo);
+    gemm_serial(M, np, Cin, A + Cin, 2 * Cin, d1, np, ze, np, true);  // P1: the (j = 1) columns
+    gemm_serial(M, np, Cin, A, 2 * Cin, d3, np, zo, np, true);        // P0
+  }
+  if (n % 2) {  // the last step alone: P0 x[t] + P1 x[t-1]
+    const int64_t t = t0 + n - 1;
+    for (int64_t rc = 0; rc < M; ++rc) {
+      const float *p0 = A + rc * 2 * Cin, *p1 = p0 + Cin;
+      float acc = 0.0f;
+      for (int64_t ci = 0; ci < Cin; ++ci) acc += p0[ci] * xat(x + ci * Tin, t) + p1[ci] * xat(x + ci * Tin, t - 1);
+      last[rc] = acc;
+    }
+  }
+  // interleave the phases into y with the bias, as polyphase's GEMM path does
+  for (int64_t co = 0; co < Cout; ++co) {
+    float* yr = y + co * T_out + t0 * S;
+    const float b = bias ? bias[co] : 0.0f;
+    for (int64_t tt = 0; tt < n; ++tt) {
+      const bool odd_last = tt == n - 1 && n % 2;
+      const float* src = tt % 2 ? zo : ze;
+      for (int64_t r = 0; r < S && (t0 + tt) * S + r < T_out; ++r)
+        yr[tt * S + r] = (odd_last ? last[r * Cout + co] : src[(r * Cout + co) * np + tt / 2]) + b;
+    }
+  }
+}
+
 void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, const float* bias, float* y) {
   const int64_t K = s.kernel, S = s.stride, Cin = s.in_channels, Cout = s.out_channels, Tin = s.length_in;
   const int64_t T_out = s.length_out(), m = (K + S - 1) / S;  // taps per phase, at most
@@ -57,6 +119,21 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
       }
     }
   });
+  // Two taps per phase (Mimi's K = 2S): Z[t] = P0 x[t] + P1 x[t-1], P_j = A's columns (j, .). A
+  // pair (t, t+1) of output steps, t even from the tile's start, takes three products instead of
+  // four (Karatsuba, as conv1d's output pairs): m2 = (P0 + P1) x[t], Z[t] = m2 + P1 (x[t-1] -
+  // x[t]), Z[t+1] = m2 + P0 (x[t+1] - x[t]). Psum [S*Cout, Cin] = P0 + P1.
+  const bool pairs = m == 2;
+  thread_local std::vector<float> psum_store;  // grow-only
+  if (pairs) {
+    if (psum_store.size() < size_t(S * Cout * Cin)) psum_store.resize(size_t(S * Cout * Cin));
+    float* ps = psum_store.data();
+    parallel_for(S * Cout, 64, [&](int64_t b, int64_t e) {
+      for (int64_t rc = b; rc < e; ++rc)
+        for (int64_t ci = 0; ci < Cin; ++ci) ps[rc * Cin + ci] = A[rc * 2 * Cin + ci] + A[rc * 2 * Cin + Cin + ci];
+    });
+  }
+  const float* psum = psum_store.data();
   const int64_t cols = (T_out + S - 1) / S;  // phase-0 columns; other phases have as many or one less
   const int64_t tiles = (cols + kPolyTile - 1) / kPolyTile;
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
@@ -64,6 +141,10 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
     thread_local std::vector<const float*> rows;  // B row (j, ci)
     for (int64_t i = b; i < e; ++i) {
       const int64_t t0 = i * kPolyTile, n = std::min(kPolyTile, cols - t0);
+      if (pairs) {
+        pair_tile(s, A, psum, x, t0, n, T_out, bias, y);
+        continue;
+      }
       // B[(j, ci), tt] = x[ci, t0 + tt - j], zero outside [0, Tin): rows of x read in place
       // where the tile is inside, copied with their zeros at the edges
       const bool inside = t0 >= m - 1 && t0 + n <= Tin;
