@@ -127,32 +127,20 @@ void pair_weights(const Conv1dShape& s, const float* w, PairWeights& pw) {
 // given the deinterleaved phases ph [Cin, S, V = n + 1] (ph[ci, r, v] = input step
 // (t0 - 1 + v)*S + r, in frame t0 - 1 + v). scratch: grow-only.
 void pair_tile(const Conv1dShape& s, const PairWeights& pw, const float* ph, int64_t n, float* y, int64_t ldy,
-               std::vector<float>& scratch) {
+               std::vector<float>& scratch, std::vector<const float*>& rows) {
   const int64_t S = s.stride, Cin = s.in_channels, Cout = s.out_channels, R = Cin * S, V = n + 1;
   const int64_t np = n / 2;  // pairs; an odd last output is summed directly below
-  scratch.resize(size_t(std::max(3 * R * np + 3 * Cout * np, 2 * R)));
+  scratch.resize(size_t(std::max(3 * R * np + 2 * Cout * np, 2 * R)));
   float* e = scratch.data();  // [R, np] X[t]      (t = t0 + 2u)
   float* d1 = e + R * np;     // [R, np] X[t-1] - X[t]
   float* d3 = d1 + R * np;    // [R, np] X[t+1] - X[t]
-  float* m2 = d3 + R * np;    // [Cout, np] (Wlo + Whi) X[t]
-  float* ye = m2 + Cout * np; // [Cout, np] y[t]
+  float* ye = d3 + R * np;    // [Cout, np] y[t]
   float* yo = ye + Cout * np; // [Cout, np] y[t+1]
   if (np > 0) {
-    for (int64_t row = 0; row < R; ++row) {  // row (ci, r) of the phases
-      const float* p = ph + row * V;
-      float *er = e + row * np, *a = d1 + row * np, *c = d3 + row * np;
-      for (int64_t u = 0; u < np; ++u) {
-        const float xt = p[2 * u + 1];
-        er[u] = xt;
-        a[u] = p[2 * u] - xt;
-        c[u] = p[2 * u + 2] - xt;
-      }
-    }
-    gemm_serial(Cout, np, R, pw.sum.data(), R, e, np, m2, np, false);
-    std::copy(m2, m2 + Cout * np, ye);
-    std::copy(m2, m2 + Cout * np, yo);
-    gemm_serial(Cout, np, R, pw.lo.data(), R, d1, np, ye, np, true);
-    gemm_serial(Cout, np, R, pw.hi.data(), R, d3, np, yo, np, true);
+    rows.resize(size_t(R));
+    for (int64_t row = 0; row < R; ++row) rows[size_t(row)] = ph + row * V + 1;  // X[t0] of row (ci, r)
+    pair_operands(R, np, rows.data(), e, d1, d3);
+    gemm_pairs(Cout, np, R, pw.sum.data(), R, pw.lo.data(), R, pw.hi.data(), R, e, d1, d3, ye, yo);
     for (int64_t co = 0; co < Cout; ++co) {
       float* yr = y + co * ldy;
       const float *a = ye + co * np, *c = yo + co * np;
@@ -266,6 +254,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   const PairWeights& pwr = pw;  // (thread_local: name it here, workers have their own)
   parallel_for(tiles * s.groups, 1, [&](int64_t b, int64_t e) {
     thread_local std::vector<float> pair_scratch;
+    thread_local std::vector<const float*> pair_rows;
     thread_local std::vector<float> col;  // [Cin_g*K, kTile], or the phases [Cin_g, S, V]
     thread_local std::vector<const float*> brows;  // [Cin_g*K]: im2col rows read in place
     col.resize(static_cast<size_t>(phase_path ? cin_g * s.stride * (kTile + K) : rows * kTile));
@@ -285,7 +274,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
       if (phase_path) {
         deinterleave(s, x + g * cin_g * Tin, ctx ? ctx + g * cin_g * P : nullptr, cin_g, t0, n, col.data(),
                      brows.data());
-        if (pairs) pair_tile(s, pwr, col.data(), n, yg, T_out, pair_scratch);
+        if (pairs) pair_tile(s, pwr, col.data(), n, yg, T_out, pair_scratch, pair_rows);
         else gemm_serial_rows(cout_g, n, rows, wg, rows, brows.data(), yg, T_out, true);
         continue;
       }

@@ -28,7 +28,8 @@ void pair_tile(const ConvTranspose1dShape& s, const float* A, const float* psum,
                int64_t n, int64_t T_out, const float* bias, float* y) {
   const int64_t S = s.stride, Cin = s.in_channels, Cout = s.out_channels, Tin = s.length_in, M = S * Cout;
   const int64_t np = n / 2;
-  thread_local std::vector<float> buf;  // grow-only
+  thread_local std::vector<float> buf, edge;  // grow-only
+  thread_local std::vector<const float*> rows;
   buf.resize(size_t(3 * Cin * np + 2 * M * np + M));
   float* e = buf.data();       // [Cin, np] x[t]           (t = t0 + 2u)
   float* d1 = e + Cin * np;    // [Cin, np] x[t-1] - x[t]
@@ -38,29 +39,23 @@ void pair_tile(const ConvTranspose1dShape& s, const float* A, const float* psum,
   float* last = zo + M * np;   // [M] Z of an odd tile's last step
   const auto xat = [&](const float* xr, int64_t t) { return t >= 0 && t < Tin ? xr[t] : 0.0f; };
   if (np > 0) {
+    // rows of x read in place where steps t0 - 1 .. t0 + 2*np are all inside, else copied with
+    // their zeros (edge [Cin, 2*np + 1], from step t0 - 1)
+    const bool inside = t0 >= 1 && t0 + 2 * np <= Tin;
+    if (!inside) edge.resize(size_t(Cin * (2 * np + 1)));
+    rows.resize(size_t(Cin));
     for (int64_t ci = 0; ci < Cin; ++ci) {
       const float* xr = x + ci * Tin;
-      float *er = e + ci * np, *a = d1 + ci * np, *c = d3 + ci * np;
-      const int64_t u_in_lo = t0 >= 1 ? 0 : 1, u_in_hi = std::clamp<int64_t>((Tin - 1 - t0) / 2, 0, np);
-      for (int64_t u = 0; u < np; ++u) {
-        const int64_t t = t0 + 2 * u;
-        if (u >= u_in_lo && u < u_in_hi) {  // t-1, t, t+1 all inside x
-          const float xt = xr[t];
-          er[u] = xt;
-          a[u] = xr[t - 1] - xt;
-          c[u] = xr[t + 1] - xt;
-        } else {
-          const float xt = xat(xr, t);
-          er[u] = xt;
-          a[u] = xat(xr, t - 1) - xt;
-          c[u] = xat(xr, t + 1) - xt;
-        }
+      if (inside) {
+        rows[size_t(ci)] = xr + t0;
+        continue;
       }
+      float* dst = edge.data() + ci * (2 * np + 1);
+      for (int64_t i = 0; i < 2 * np + 1; ++i) dst[i] = xat(xr, t0 - 1 + i);
+      rows[size_t(ci)] = dst + 1;
     }
-    gemm_serial(M, np, Cin, psum, Cin, e, np, ze, np, false);
-    std::copy(ze, ze + M * np, zo);
-    gemm_serial(M, np, Cin, A + Cin, 2 * Cin, d1, np, ze, np, true);  // P1: the (j = 1) columns
-    gemm_serial(M, np, Cin, A, 2 * Cin, d3, np, zo, np, true);        // P0
+    pair_operands(Cin, np, rows.data(), e, d1, d3);
+    gemm_pairs(M, np, Cin, psum, Cin, A + Cin, 2 * Cin, A, 2 * Cin, e, d1, d3, ze, zo);  // P1 then P0
   }
   if (n % 2) {  // the last step alone: P0 x[t] + P1 x[t-1]
     const int64_t t = t0 + n - 1;

@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +123,27 @@ void gemm_serial_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
                          : kIsa == Isa::Avx2 ? isa_avx2::gemm_serial_rows
                                              : isa_base::gemm_serial_rows;
   fn(M, N, K, A, lda, brows, C, ldc, accumulate);
+}
+
+void pair_operands(int64_t R, int64_t np, const float* const* rows, float* e, float* d1, float* d3) {
+  for (int64_t r = 0; r < R; ++r) {
+    const float* p = rows[r];
+    float *er = e + r * np, *a = d1 + r * np, *c = d3 + r * np;
+    for (int64_t u = 0; u < np; ++u) {
+      const float xt = p[2 * u];
+      er[u] = xt;
+      a[u] = p[2 * u - 1] - xt;
+      c[u] = p[2 * u + 1] - xt;
+    }
+  }
+}
+
+void gemm_pairs(int64_t M, int64_t np, int64_t K, const float* wsum, int64_t lds, const float* wp, int64_t ldp,
+                const float* wn, int64_t ldn, const float* e, const float* d1, const float* d3, float* ze, float* zo) {
+  gemm_serial(M, np, K, wsum, lds, e, np, ze, np, false);
+  std::copy(ze, ze + M * np, zo);
+  gemm_serial(M, np, K, wp, ldp, d1, np, ze, np, true);
+  gemm_serial(M, np, K, wn, ldn, d3, np, zo, np, true);
 }
 
 namespace {

@@ -21,6 +21,17 @@ void gemm_serial_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 void gemm_ta(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
              float* C, int64_t ldc, bool accumulate);
 
+// Karatsuba output pairs of a two-tap product Z[t] = Wp X[t-1] + Wn X[t] (conv1d's strided
+// downsamples, conv_transpose1d's polyphase upsamples): for t even, with m2 = (Wp + Wn) X[t],
+//   Z[t] = m2 + Wp (X[t-1] - X[t]),   Z[t+1] = m2 + Wn (X[t+1] - X[t]),
+// three products instead of four. pair_operands builds the B operands from R rows, row r's
+// X[t] at rows[r][2u] (its neighbours at 2u - 1 and 2u + 1 readable): e = X[t], d1 = X[t-1] -
+// X[t], d3 = X[t+1] - X[t], each [R, np]. gemm_pairs then gives ze = Z[t], zo = Z[t+1], [M, np]
+// each (single-threaded; wsum = Wp + Wn).
+void pair_operands(int64_t R, int64_t np, const float* const* rows, float* e, float* d1, float* d3);
+void gemm_pairs(int64_t M, int64_t np, int64_t K, const float* wsum, int64_t lds, const float* wp, int64_t ldp,
+                const float* wn, int64_t ldn, const float* e, const float* d1, const float* d3, float* ze, float* zo);
+
 // y[0:n] += sum_(ci,k) w[ci*K + k] * x[ci*ldx + j*stride + k*dilation] (unpadded input).
 void conv_direct_row(int64_t n, int64_t cin, int64_t K, int64_t stride, int64_t dilation, const float* x,
                      int64_t ldx, const float* w, float* y);
