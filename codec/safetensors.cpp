@@ -107,6 +107,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   f.base_ = static_cast<const uint8_t*>(m->addr);
   f.size_ = m->len;
   f.owner_ = m;
+  f.mapped_ = true;
   f.parse(path);
   return f;
 }
@@ -252,6 +253,28 @@ Tensor SafetensorsFile::to_f32(const std::string& name) const {
     }
   }
   return Tensor::from_vector(t.shape, std::move(v));
+}
+
+namespace {
+// Whole pages around [begin, end): a neighbour's page dropped too is only read back again.
+// PROT_READ + MAP_PRIVATE: no page was ever copied on write, so nothing written is lost.
+void drop_pages(const uint8_t* begin, const uint8_t* end) {
+  if (end <= begin) return;
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
+  madvise(reinterpret_cast<void*>(lo), size_t(reinterpret_cast<uintptr_t>(end) - lo), MADV_DONTNEED);
+  // (advice: a failure only leaves the pages resident)
+}
+}  // namespace
+
+void SafetensorsFile::release(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  if (mapped_) drop_pages(data_ + t.begin, data_ + t.end);
+}
+
+void SafetensorsFile::release_all() const {
+  // (the header was parsed into header_ and tensors_: its mapped bytes are not read again)
+  if (mapped_) drop_pages(data_, base_ + size_);
 }
 
 std::vector<int32_t> SafetensorsFile::to_i32(const std::string& name) const {

@@ -47,11 +47,20 @@ class SafetensorsFile {
   Tensor to_f32(const std::string& name) const;
   std::vector<int32_t> to_i32(const std::string& name) const;  // I32/I64 -> int32
 
+  // Lets the OS drop from this process's memory the mapped pages holding tensor `name` (every
+  // page the tensor touches): a later read pages them back in from the file (the page cache),
+  // with the same bytes. A load releases each tensor once it is checked and fingerprinted, so
+  // a run keeps resident only the weights its direction reads, not the whole file, and never
+  // the file bytes of tensors it converted or copied. No-op for files held in memory.
+  void release(const std::string& name) const;
+  void release_all() const;  // the pages of every tensor
+
  private:
   void parse(const std::string& what);
 
   std::string path_;
   std::shared_ptr<const void> owner_;  // mapping or byte vector
+  bool mapped_ = false;                // owner_ is a file mapping (release() may drop pages)
   const uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   const uint8_t* data_ = nullptr;

@@ -52,6 +52,11 @@ class Fetcher {
     return {dialect_ == Dialect::HuggingFace ? hf_name(spec.name) : spec.name};
   }
 
+  // Lets the file's pages behind the moshi-named tensor go (SafetensorsFile::release).
+  void release(const std::string& moshi_name) const {
+    for (const std::string& n : file_names(TensorSpec{moshi_name, {}, {}, 0})) f_.release(n);
+  }
+
   // Throws the error naming the file tensor and element behind a non-finite value in `spec`.
   [[noreturn]] void fail_nonfinite(const TensorSpec& spec) const {
     for (const std::string& n : file_names(spec)) {
@@ -261,6 +266,10 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
     hasher.bytes(spec.name.data(), spec.name.size());
     hasher.bytes(x.data, size_t(x.size()) * 4);
     if (hasher.nonfinite) fetch.fail_nonfinite(spec);  // NaN/Inf in a weight: refused, naming it
+    // Hashing read every page of the file: let them go as we pass, so the load never holds
+    // the whole file and a run pages back in only what its direction uses (a zero-copy tensor
+    // keeps pointing into the mapping; its pages come back on first use).
+    fetch.release(spec.name);
     t.emplace(spec.name, std::move(x));
   }
   fetch.require_all_used();
@@ -339,6 +348,8 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
                                std::to_string(b) + ": the weights are corrupt");
         sq[b] = acc;
       }
+      fetch.release(p + "embedding_sum");  // read back in for the division above: go again
+      fetch.release(p + "cluster_usage");
       g.books.push_back({Tensor::from_vector({bins, Q}, std::move(e)), Tensor::from_vector({bins}, std::move(sq))});
     }
     return g;
@@ -349,6 +360,9 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
   const int64_t s = cfg.downsample_stride();
   m->downsample = make_conv(take("downsample.conv.conv.conv.weight"), Tensor{}, s, 1, PadMode::Replicate);
   m->upsample = make_convtr(take("upsample.convtr.convtr.convtr.weight"), Tensor{}, s, D);
+  // Reads since the hash pass (the codebooks) paged back neighbours too (the kernel maps pages
+  // around a fault): none needs to stay.
+  file.release_all();
   return m;
 }
 
