@@ -495,7 +495,8 @@ TEST_CASE("attention: cpu vs ref, windows and offsets") {
 TEST_CASE("rvq: encode and decode, cpu vs ref") {
   Rng r(9);
   struct Case { int64_t Q, F, bins, n; };
-  for (const Case& c : {Case{1, 1, 1, 1}, Case{4, 7, 5, 3}, Case{16, 27, 64, 7}, Case{32, 9, 300, 4}, Case{3, 1, 2, 1}}) {
+  for (const Case& c : {Case{1, 1, 1, 1}, Case{4, 7, 5, 3}, Case{16, 27, 64, 7}, Case{32, 9, 300, 4}, Case{3, 1, 2, 1},
+                      Case{8, 41, 2048, 2}}) {  // the real bins; blocks of 16 columns and a tail
     CAPTURE(c.Q); CAPTURE(c.F); CAPTURE(c.bins); CAPTURE(c.n);
     for (bool integer : {false, true}) {
       std::vector<std::vector<float>> books, norms;

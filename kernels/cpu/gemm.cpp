@@ -103,6 +103,14 @@ MIMI_DISPATCH(gelu_serial)
 MIMI_DISPATCH(exp_serial)
 #undef MIMI_DISPATCH
 
+void rvq_argmin(int64_t n, int64_t bins, const float* rr, const float* dot, int64_t ld, const float* e,
+                float* best_d, int32_t* best) {
+  static const auto f = kIsa == Isa::Avx512 ? isa_avx512::rvq_argmin
+                        : kIsa == Isa::Avx2 ? isa_avx2::rvq_argmin
+                                            : isa_base::rvq_argmin;
+  f(n, bins, rr, dot, ld, e, best_d, best);
+}
+
 void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                  int64_t ldb, float* C, int64_t ldc, bool accumulate) {
   static const GemmFn fn = pick_gemm();

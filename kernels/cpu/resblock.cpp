@@ -54,10 +54,9 @@ void resblock(const ResBlockShape& s, const float* w1, const float* b1, const fl
       rows.resize(size_t(C * K));
       h.resize(size_t(H * ldh));
       for (int64_t c = 0; c < C; ++c) {
-        float* w = win.data() + c * L;
-        std::copy(sn + (i * C + c) * P, sn + (i * C + c + 1) * P, w);
-        std::copy(x + c * T + t0, x + c * T + t0 + n, w + P);
-        elu_serial(L, w, w);
+        float* w = win.data() + c * L;  // ELU(x) straight from its sources: no copy pass
+        elu_serial(P, sn + (i * C + c) * P, w);
+        elu_serial(n, x + c * T + t0, w + P);
         for (int64_t k = 0; k < K; ++k) rows[size_t(c * K + k)] = w + k * d;
       }
       for (int64_t r = 0; r < H; ++r) std::fill(h.data() + r * ldh, h.data() + r * ldh + n, b1 ? b1[r] : 0.0f);

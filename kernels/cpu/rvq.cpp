@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/ops.h"
 
@@ -25,18 +26,9 @@ void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
     for (int64_t q = 0; q < Q; ++q)
       for (int64_t f = 0; f < F; ++f) rr[f] += r[q * F + f] * r[q * F + f];
     parallel_for(F, 16, [&](int64_t f0, int64_t f1) {
-      for (int64_t f = f0; f < f1; ++f) {
-        int32_t best = 0;
-        float best_d = 0.0f;
-        for (int64_t b = 0; b < bins; ++b) {
-          const float d = std::sqrt(std::max(0.0f, rrp[f] - 2.0f * dotp[b * F + f] + ee[b]));
-          if (b == 0 || d < best_d) {
-            best_d = d;
-            best = int32_t(b);
-          }
-        }
-        codes[j * F + f] = best;
-      }
+      float best_d[16];
+      for (int64_t f = f0; f < f1; f += 16)  // 16 columns a pass over the bins
+        rvq_argmin(std::min<int64_t>(16, f1 - f), bins, rrp + f, dotp + f, F, ee, best_d, codes + j * F + f);
     });
     for (int64_t q = 0; q < Q; ++q)
       for (int64_t f = 0; f < F; ++f) r[q * F + f] -= E[codes[j * F + f] * Q + q];
