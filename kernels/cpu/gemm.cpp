@@ -136,6 +136,8 @@ void gemm_serial_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 void pair_operands(int64_t R, int64_t np, const float* const* rows, float* e, float* d1, float* d3) {
   for (int64_t r = 0; r < R; ++r) {
     const float* p = rows[r];
+    if (r + 1 < R)  // the next row: a short stream when read in place from a long signal
+      for (int64_t u = -1; u < 2 * np + 1; u += 16) __builtin_prefetch(rows[r + 1] + u);
     float *er = e + r * np, *a = d1 + r * np, *c = d3 + r * np;
     for (int64_t u = 0; u < np; ++u) {
       const float xt = p[2 * u];
