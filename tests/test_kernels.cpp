@@ -155,7 +155,12 @@ TEST_CASE("conv1d: cpu vs ref") {
       {64, 128, 8, 4, 1, 1, 4100, PadMode::Zero}, // output pairs at the first downsample's width, ragged tile
   };
   Rng r(2);
+  // one thread too: a kernel then gets its whole range in one call (parallel_for) and must
+  // walk it in its own cache-sized pieces
+  for (int threads : {0, 1})
   for (const Case& c : cases) {
+    cpu::set_num_threads(threads);
+    CAPTURE(threads);
     Conv1dShape s{c.cin, c.cout, c.k, c.stride, c.dil, c.groups, c.T, c.pad};
     CAPTURE(c.cin); CAPTURE(c.cout); CAPTURE(c.k); CAPTURE(c.stride); CAPTURE(c.dil); CAPTURE(c.groups); CAPTURE(c.T);
     const int64_t Tout = s.length_out();
@@ -209,6 +214,7 @@ TEST_CASE("conv1d: cpu vs ref") {
       }
     }
   }
+  cpu::set_num_threads(0);
 }
 
 TEST_CASE("conv1d: a given left context equals the conv of the context-prefixed input") {

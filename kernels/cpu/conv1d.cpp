@@ -174,26 +174,36 @@ void pair_tile(const Conv1dShape& s, const PairWeights& pw, const float* ph, int
 void direct(const Conv1dShape& s, const float* x, const float* w, const float* bias, float* y, bool accumulate,
             const float* ctx) {
   const int64_t T_out = s.length_out(), P = s.pad_left(), K = s.kernel, Cin = s.in_channels;
-  parallel_for(T_out, kDirectChunk, [&](int64_t t0, int64_t t1) {
-    const int64_t n = t1 - t0;
-    // this chunk's input window with its padding materialized: [Cin, span + (n-1)*stride]
-    const int64_t L = (n - 1) * s.stride + s.span();
-    thread_local std::vector<float> win;
-    win.resize(static_cast<size_t>(Cin * L));
-    for (int64_t ci = 0; ci < Cin; ++ci) {
-      const float* xr = x + ci * s.length_in;
-      const float* cr = ctx ? ctx + ci * P : nullptr;
-      const int64_t first = t0 * s.stride - P;
-      float* wr = win.data() + ci * L;
-      int64_t j = 0;
-      for (; j < L && first + j < 0; ++j) wr[j] = left_of(s, xr, cr, first + j);  // at most P values
-      std::copy(xr + first + j, xr + first + L, wr + j);
-      if (s.elu_input) elu_serial(L, wr, wr);
-    }
-    for (int64_t co = 0; co < s.out_channels; ++co) {
-      float* yr = y + co * T_out + t0;
-      init_rows(1, n, 0, bias ? bias + co : nullptr, yr, accumulate);
-      conv_direct_row(n, Cin, K, s.stride, s.dilation, win.data(), L, w + co * Cin * K, yr);
+  // Outputs per window: the window, Cin rows of about chunk*stride floats, stays within half
+  // the L2 (the conv rereads it K times per output block). parallel_for hands one thread the
+  // whole range, so the range is walked chunk by chunk here.
+  const int64_t chunk = std::clamp<int64_t>(65536 / (Cin * s.stride) / 64 * 64, 256, kDirectChunk);
+  parallel_for(T_out, chunk, [&](int64_t begin, int64_t end) {
+    for (int64_t t0 = begin; t0 < end; t0 += chunk) {
+      const int64_t n = std::min(chunk, end - t0);
+      // this chunk's input window with its padding materialized: [Cin, span + (n-1)*stride]
+      const int64_t L = (n - 1) * s.stride + s.span();
+      thread_local std::vector<float> win;
+      win.resize(static_cast<size_t>(Cin * L));
+      for (int64_t ci = 0; ci < Cin; ++ci) {
+        const float* xr = x + ci * s.length_in;
+        const float* cr = ctx ? ctx + ci * P : nullptr;
+        const int64_t first = t0 * s.stride - P;
+        float* wr = win.data() + ci * L;
+        int64_t j = 0;
+        for (; j < L && first + j < 0; ++j) wr[j] = left_of(s, xr, cr, first + j);  // at most P values
+        if (!s.elu_input) {
+          std::copy(xr + first + j, xr + first + L, wr + j);
+          continue;
+        }
+        elu_serial(j, wr, wr);
+        elu_serial(L - j, xr + first + j, wr + j);  // straight from x: no copy pass first
+      }
+      for (int64_t co = 0; co < s.out_channels; ++co) {
+        float* yr = y + co * T_out + t0;
+        init_rows(1, n, 0, bias ? bias + co : nullptr, yr, accumulate);
+        conv_direct_row(n, Cin, K, s.stride, s.dilation, win.data(), L, w + co * Cin * K, yr);
+      }
     }
   });
 }
