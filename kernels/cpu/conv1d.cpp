@@ -80,11 +80,11 @@ void deinterleave(const Conv1dShape& s, const float* x, const float* ctx, int64_
       const int64_t pos = base + v * S + r;
       pc[r * V + v] = pos < -P ? 0.0f : pos < 0 ? left_of(s, xr, cr, pos) : pos < Tin ? xr[pos] : 0.0f;
     };
-    // The next channel's row, a short stream 4*V*S bytes long that the hardware prefetcher
-    // would pick up only part way: requested now, it arrives while this row is split.
-    if (ci + 1 < cin_g)
-      for (int64_t pos = std::max<int64_t>(base, 0); pos < std::min(base + V * S, Tin); pos += 16)
-        __builtin_prefetch(xr + Tin + pos);
+    // The next channel's row: requested now, it arrives while this row is split.
+    if (ci + 1 < cin_g) {
+      const int64_t lo = std::max<int64_t>(base, 0);
+      prefetch_span(xr + Tin + lo, std::min(base + V * S, Tin) - lo);
+    }
     for (int64_t r = 0; r < S; ++r) {
       for (int64_t v = 0; v < v_lo; ++v) edge(v, r);
       const float* src = xr + base + r;

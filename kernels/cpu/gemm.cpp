@@ -103,12 +103,11 @@ MIMI_DISPATCH(gelu_serial)
 MIMI_DISPATCH(exp_serial)
 #undef MIMI_DISPATCH
 
-void rvq_argmin(int64_t n, int64_t bins, const float* rr, const float* dot, int64_t ld, const float* e,
-                float* best_d, int32_t* best) {
+void rvq_argmin(int64_t n, int64_t bins, const float* rr, const float* dot, int64_t ld, const float* e, int32_t* best) {
   static const auto f = kIsa == Isa::Avx512 ? isa_avx512::rvq_argmin
                         : kIsa == Isa::Avx2 ? isa_avx2::rvq_argmin
                                             : isa_base::rvq_argmin;
-  f(n, bins, rr, dot, ld, e, best_d, best);
+  f(n, bins, rr, dot, ld, e, best);
 }
 
 void gemm_serial(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
@@ -136,8 +135,7 @@ void gemm_serial_rows(int64_t M, int64_t N, int64_t K, const float* A, int64_t l
 void pair_operands(int64_t R, int64_t np, const float* const* rows, float* e, float* d1, float* d3) {
   for (int64_t r = 0; r < R; ++r) {
     const float* p = rows[r];
-    if (r + 1 < R)  // the next row: a short stream when read in place from a long signal
-      for (int64_t u = -1; u < 2 * np + 1; u += 16) __builtin_prefetch(rows[r + 1] + u);
+    if (r + 1 < R) prefetch_span(rows[r + 1] - 1, 2 * np + 2);  // read in place from a long signal
     float *er = e + r * np, *a = d1 + r * np, *c = d3 + r * np;
     for (int64_t u = 0; u < np; ++u) {
       const float xt = p[2 * u];

@@ -41,11 +41,17 @@ void elu_serial(int64_t n, const float* x, float* y);
 void gelu_serial(int64_t n, const float* x, float* y);
 void exp_serial(int64_t n, const float* x, float* y);
 // rvq_encode's nearest entry for n columns: best[f] = argmin over b < bins of
-// d = sqrt(max(0, rr[f] - 2 dot[b*ld + f] + e[b])), ties to the lowest b; best_d: n floats of
-// scratch. The same bits as the scalar expression (2 dot is exact, so a fused multiply-add
-// rounds alike; sqrt is exact in every ISA).
-void rvq_argmin(int64_t n, int64_t bins, const float* rr, const float* dot, int64_t ld, const float* e,
-                float* best_d, int32_t* best);
+// d = sqrt(max(0, rr[f] - 2 dot[b*ld + f] + e[b])), ties to the lowest b. The same bits as the
+// scalar expression (2 dot is exact, so a fused multiply-add rounds alike; sqrt is exact in
+// every ISA).
+void rvq_argmin(int64_t n, int64_t bins, const float* rr, const float* dot, int64_t ld, const float* e, int32_t* best);
+
+// Asks for n floats from p into the cache, one request per 64-byte line: a row segment of a long
+// signal that the next step reads, short enough that the hardware prefetcher would catch its
+// stream only part way.
+inline void prefetch_span(const float* p, int64_t n) {
+  for (int64_t j = 0; j < n; j += 16) __builtin_prefetch(p + j);
+}
 
 // Measured float32 FMA peak of this machine with `threads` threads (GFLOP/s), using the
 // widest vector unit the GEMM dispatch picks. Takes about `seconds`.
@@ -66,7 +72,7 @@ const char* gemm_isa();
   void elu_serial(int64_t, const float*, float*);                                                 \
   void gelu_serial(int64_t, const float*, float*);                                                \
   void exp_serial(int64_t, const float*, float*);                                                 \
-  void rvq_argmin(int64_t, int64_t, const float*, const float*, int64_t, const float*, float*, int32_t*); \
+  void rvq_argmin(int64_t, int64_t, const float*, const float*, int64_t, const float*, int32_t*);        \
   float fma_loop(int64_t iters);                                                                  \
   int vector_width();
 namespace isa_avx512 {

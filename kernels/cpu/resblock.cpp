@@ -54,8 +54,7 @@ void resblock(const ResBlockShape& s, const float* w1, const float* b1, const fl
       rows.resize(size_t(C * K));
       h.resize(size_t(H * ldh));
       for (int64_t c = 0; c < C; ++c) {
-        if (c + 1 < C)  // the next row's segment, a short stream: requested ahead of its ELU
-          for (int64_t j = 0; j < n; j += 16) __builtin_prefetch(x + (c + 1) * T + t0 + j);
+        if (c + 1 < C) prefetch_span(x + (c + 1) * T + t0, n);  // the next row, ahead of its ELU
         float* w = win.data() + c * L;  // ELU(x) straight from its sources: no copy pass
         elu_serial(P, sn + (i * C + c) * P, w);
         elu_serial(n, x + c * T + t0, w + P);

@@ -26,9 +26,7 @@ void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
     for (int64_t q = 0; q < Q; ++q)
       for (int64_t f = 0; f < F; ++f) rr[f] += r[q * F + f] * r[q * F + f];
     parallel_for(F, 16, [&](int64_t f0, int64_t f1) {
-      float best_d[16];
-      for (int64_t f = f0; f < f1; f += 16)  // 16 columns a pass over the bins
-        rvq_argmin(std::min<int64_t>(16, f1 - f), bins, rrp + f, dotp + f, F, ee, best_d, codes + j * F + f);
+      rvq_argmin(f1 - f0, bins, rrp + f0, dotp + f0, F, ee, codes + j * F + f0);
     });
     for (int64_t q = 0; q < Q; ++q)
       for (int64_t f = 0; f < F; ++f) r[q * F + f] -= E[codes[j * F + f] * Q + q];
