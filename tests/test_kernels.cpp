@@ -119,6 +119,34 @@ TEST_CASE("gemm: cpu vs ref") {
   }
 }
 
+TEST_CASE("gemm: threaded row slabs sharing one packed B (plain and transposed A) vs ref") {
+  // Split over M when M > N: the slabs share one packing of B (several k and column blocks
+  // here), so a wrong block offset or a slab reading another's rows shows up as a mismatch.
+  struct Case { int64_t M, N, K, pad; bool acc; };
+  const Case cases[] = {{300, 40, 600, 1, true}, {600, 300, 520, 2, false}, {67, 17, 1030, 0, true},
+                        {1025, 5, 300, 3, false}, {200, 199, 257, 0, true}};
+  Rng r(11);
+  for (int threads : {1, 2, 3}) {
+    cpu::set_num_threads(threads);
+    for (const Case& c : cases)
+      for (bool ta : {false, true}) {
+        CAPTURE(threads); CAPTURE(c.M); CAPTURE(c.N); CAPTURE(c.K); CAPTURE(ta);
+        const int64_t lda = (ta ? c.M : c.K) + c.pad, ldb = c.N + c.pad, ldc = c.N + c.pad;
+        auto A = int_vec(size_t((ta ? c.K : c.M) * lda), r), B = int_vec(size_t(c.K * ldb), r);
+        auto C0 = int_vec(size_t(c.M * ldc), r);
+        std::vector<float> At(size_t(c.M * c.K));  // A as [M, K] for the reference
+        for (int64_t i = 0; i < c.M; ++i)
+          for (int64_t k = 0; k < c.K; ++k) At[size_t(i * c.K + k)] = ta ? A[size_t(k * lda + i)] : A[size_t(i * lda + k)];
+        auto Cr = C0, Cc = C0;
+        ref::gemm(c.M, c.N, c.K, At.data(), c.K, B.data(), ldb, Cr.data(), ldc, c.acc);
+        if (ta) cpu::gemm_ta(c.M, c.N, c.K, A.data(), lda, B.data(), ldb, Cc.data(), ldc, c.acc);
+        else cpu::gemm(c.M, c.N, c.K, A.data(), lda, B.data(), ldb, Cc.data(), ldc, c.acc);
+        expect_equal(Cc, Cr);  // small integers: exact in any order
+      }
+  }
+  cpu::set_num_threads(0);
+}
+
 TEST_CASE("conv1d: cpu vs ref") {
   struct Case { int64_t cin, cout, k, stride, dil, groups, T; PadMode pad; };
   const Case cases[] = {
