@@ -122,9 +122,12 @@ TEST_CASE("gemm: cpu vs ref") {
 TEST_CASE("gemm: threaded row slabs sharing one packed B (plain and transposed A) vs ref") {
   // Split over M when M > N: the slabs share one packing of B (several k and column blocks
   // here), so a wrong block offset or a slab reading another's rows shows up as a mismatch.
+  // With N <= 4 and A transposed, the skinny path's row blocks.
   struct Case { int64_t M, N, K, pad; bool acc; };
   const Case cases[] = {{300, 40, 600, 1, true}, {600, 300, 520, 2, false}, {67, 17, 1030, 0, true},
-                        {1025, 5, 300, 3, false}, {200, 199, 257, 0, true}};
+                        {1025, 5, 300, 3, false}, {200, 199, 257, 0, true},
+                        // skinny (N <= 4): rows in blocks of 512 and a ragged rest, several k blocks
+                        {1100, 2, 300, 1, true}, {1031, 4, 600, 0, false}, {2053, 1, 270, 2, true}};
   Rng r(11);
   for (int threads : {1, 2, 3}) {
     cpu::set_num_threads(threads);
