@@ -20,7 +20,7 @@ struct EngineOptions {
   int threads = 0;                 // CPU threads, 0 = all
   // Signals longer than this many 80 ms frames run through one plan in chunks of it (constant
   // memory, one plan for any length); 0 = always one chunk.
-  int64_t chunk_frames = 64;
+  int64_t chunk_frames = 128;
   // On a GPU: capture a plan's steady steps into graphs and replay them (codec/step_graph.h).
   bool graphs = true;
   // Tests only: run on this kernel table instead of the device's (e.g. the CPU kernels with
