@@ -374,10 +374,11 @@ std::shared_ptr<int32_t> alloc_codes(const Kernels& k, size_t n) {
 
 SeanetSplit seanet_split(const Model& m) {
   // A stage is sub-chunked when its activation exceeds kFloatsPerFrame per frame: 64 channels
-  // at 24 kHz are 122880 floats (480 kB) a frame, so a 64-frame push would stream 31 MB per pass
-  // through memory. Sub-chunks of kSubFrames keep it near 8 MB. Measured (docs/PERF.md): cutting
-  // only the 24 kHz stages beat also cutting the 6 kHz ones, whose transposed conv and GEMMs
-  // lose more to the narrower columns than they gain in cache, and 16 frames beat 8.
+  // at 24 kHz are 122880 floats (480 kB) a frame, so a 128-frame push (the default chunk) would
+  // stream 63 MB per pass through memory. Sub-chunks of kSubFrames keep it near 8 MB. Measured
+  // (docs/PERF.md): cutting only the 24 kHz stages beat also cutting the 6 kHz ones, whose
+  // transposed conv and GEMMs lose more to the narrower columns than they gain in cache, and 16
+  // frames beat 8.
   constexpr int64_t kFloatsPerFrame = 65536, kSubFrames = 16;
   SeanetSplit sp;
   sp.sub_frames = kSubFrames;
