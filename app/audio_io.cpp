@@ -60,6 +60,40 @@ sf_count_t vio_tell(void* u) { return static_cast<MemFile*>(u)->pos; }
 
 SF_VIRTUAL_IO vio() { return SF_VIRTUAL_IO{vio_len, vio_seek, vio_read, vio_write, vio_tell}; }
 
+// libsndfile virtual I/O over a regular file we opened, read with pread: a read error (EIO of a
+// failing disk or a stale NFS handle) would otherwise look to libsndfile like the end of the file
+// and the item would come out short with exit 0. The first errno is kept for AudioReader to throw.
+struct FdFile {
+  int fd = -1;
+  sf_count_t size = 0, pos = 0;
+  int err = 0;
+};
+sf_count_t in_len(void* u) { return static_cast<FdFile*>(u)->size; }
+sf_count_t in_seek(sf_count_t off, int whence, void* u) {
+  auto* f = static_cast<FdFile*>(u);
+  const sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? f->pos : f->size;
+  sf_count_t p = 0;
+  if (__builtin_add_overflow(base, off, &p) || p < 0) return -1;
+  f->pos = p;
+  return p;
+}
+sf_count_t in_read(void* dst, sf_count_t n, void* u) {
+  auto* f = static_cast<FdFile*>(u);
+  sf_count_t done = 0;
+  while (done < n && !f->err) {
+    const ssize_t k = ::pread(f->fd, static_cast<char*>(dst) + done, size_t(n - done), off_t(f->pos));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) f->err = errno;
+    if (k <= 0) break;
+    done += k;
+    f->pos += k;
+  }
+  return done;
+}
+sf_count_t in_write(const void*, sf_count_t, void*) { return 0; }
+sf_count_t in_tell(void* u) { return static_cast<FdFile*>(u)->pos; }
+SF_VIRTUAL_IO in_vio() { return SF_VIRTUAL_IO{in_len, in_seek, in_read, in_write, in_tell}; }
+
 }  // namespace
 
 void check_layout(int rate, int channels, const std::string& what) {
@@ -88,12 +122,18 @@ AudioContainer container_for(const std::string& path) {
   std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
   if (ext == ".flac") return AudioContainer::Flac;
   if (ext == ".ogg" || ext == ".oga") return AudioContainer::Ogg;
-  return AudioContainer::Wav;
+  if (ext.empty() || ext == ".wav" || ext == ".wave" || ext == ".rf64") return AudioContainer::Wav;
+  // x.mp3 must not silently hold a WAV; an existing device or FIFO (/dev/null) takes WAV as it is
+  struct stat st{};
+  if (path == "-" || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)))
+    return AudioContainer::Wav;
+  throw Error(ErrorKind::Usage, path + ": cannot write '" + ext + "' audio; decoded audio is .wav, .flac or .ogg");
 }
 
 struct AudioReader::Impl {
   std::vector<uint8_t> bytes;  // stdin, not WAV
   MemFile mem;
+  FdFile file;  // a regular file, read through in_vio
   SF_VIRTUAL_IO io{};
   SNDFILE* f = nullptr;
   std::unique_ptr<PcmReader> pcm;  // stdin, WAV
@@ -110,14 +150,14 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   struct stat st{};
   int fd = 0;
   if (path != "-") {
-    if (::stat(path.c_str(), &st) != 0) throw Error(ErrorKind::Input, path + ": cannot open: " + std::strerror(errno));
+    if (::stat(path.c_str(), &st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
     if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Input, path + ": is a directory");
     if (S_ISREG(st.st_mode) && st.st_size == 0) throw Error(ErrorKind::Input, path + ": is empty (no audio)");
   }
   if (path == "-" || !S_ISREG(st.st_mode)) {  // stdin, a FIFO, a device: read as it comes
     if (path != "-") {
       fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) throw Error(ErrorKind::Input, path + ": cannot open: " + std::strerror(errno));
+      if (fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
       impl_->fd = fd;
     }
     std::vector<uint8_t> head(12);
@@ -146,7 +186,18 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
     impl_->io = vio();
     impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->mem);
   } else {
-    impl_->f = sf_open(path.c_str(), SFM_READ, &info);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
+    impl_->fd = fd;
+    if (::fstat(fd, &st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot stat");
+    impl_->file.fd = fd;
+    impl_->file.size = sf_count_t(st.st_size);
+    impl_->io = in_vio();
+    impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->file);
+    if (impl_->file.err) {
+      if (impl_->f) sf_close(impl_->f), impl_->f = nullptr;
+      throw sys_error(impl_->file.err, ErrorKind::Input, path, "read failed");
+    }
   }
   if (!impl_->f) {
     std::string why = sf_strerror(nullptr);
@@ -208,6 +259,7 @@ int64_t AudioReader::read(std::vector<float>& out, int64_t frames) {
   if (frames_ > 0) frames = std::min(frames, std::max<int64_t>(frames_ - impl_->got, 4096));
   out.resize(size_t(frames * channels_));
   const sf_count_t got = sf_readf_float(impl_->f, out.data(), frames);
+  if (impl_->file.err) throw sys_error(impl_->file.err, ErrorKind::Input, impl_->what, "read failed");
   out.resize(size_t(std::max<sf_count_t>(got, 0) * channels_));
   impl_->got += std::max<sf_count_t>(got, 0);
   return got > 0 ? got : 0;

@@ -101,7 +101,8 @@ struct BatchTally {
 
 int App::encode_batched(const EncodeOptions& o) {
   check_targets(o.inputs, o.out);
-  reserve_open_files(o.batch + 16);  // every slot holds its input open
+  // every slot holds its input open; with --split-channels the items are only known as they come
+  const int slots = batch_slots(o.batch, o.split_channels ? 0 : o.inputs.size(), 1);
   Engine& eng = engine();
   const int rate = eng.config().sample_rate;
   BatchTally tally;
@@ -121,7 +122,7 @@ int App::encode_batched(const EncodeOptions& o) {
   };
   tally.t_start = monotonic_seconds();
   encode_batch(
-      eng, o.n_q, o.batch,
+      eng, o.n_q, slots,
       [&](PcmItem& item) {
         while (!queue.empty()) {
           auto [in, ch] = queue.front();
@@ -175,12 +176,12 @@ int App::encode_batched(const EncodeOptions& o) {
           e = std::make_exception_ptr(Error(ErrorKind::Input, (bi->path == "-" ? "stdin" : bi->path) + ": no audio samples"));
         fail(bi->path, e);
       });
-  return tally.finish("encoded", o.batch, o.inputs.size());
+  return tally.finish("encoded", slots, o.inputs.size());
 }
 
 int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   check_targets(o.inputs, o.out);
-  reserve_open_files(o.batch + 16);  // every slot holds its output (a temporary) open
+  const int slots = batch_slots(o.batch, o.inputs.size(), 1);  // every slot holds its output (a temporary) open
   Engine& eng = engine();
   BatchTally tally;
   auto fail = [&](const std::string& in, std::exception_ptr e) {
@@ -233,7 +234,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   size_t next_id = 0;
   tally.t_start = monotonic_seconds();
   decode_batch(
-      eng, n_q, o.batch,
+      eng, n_q, slots,
       [&](CodesItem& item) {
         std::unique_ptr<Open> f = first ? std::move(first) : take_next();
         if (!f) return false;
@@ -268,7 +269,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
         std::unique_ptr<Open> f = take(open, id);
         fail(f->in, e);
       });
-  return tally.finish("decoded", o.batch, o.inputs.size());
+  return tally.finish("decoded", slots, o.inputs.size());
 }
 
 }  // namespace mimi::app

@@ -13,6 +13,7 @@
 
 #include "app/decode_output.h"
 #include "app/file_io.h"
+#include "app/json_bytes.h"
 #include "app/pipeline.h"
 #include "app/progress.h"
 #include "app/stream.h"
@@ -75,6 +76,7 @@ int exit_code_for(ErrorKind k) {
     case ErrorKind::Output: return kOutputError;
     case ErrorKind::Device: return kDeviceError;
     case ErrorKind::Internal: return kInternal;
+    case ErrorKind::Environment: return kEnvironment;
   }
   return kInternal;
 }
@@ -89,7 +91,11 @@ Engine& App::engine() {
 
 void App::emit(const nlohmann::json& record) {
   if (!common_.json) return;
-  std::cout << record.dump() << std::endl;
+  // paths are bytes: "input"/"output" that are not UTF-8 get an exact "_hex" twin (app/json_bytes.h)
+  nlohmann::json r = record;
+  for (const char* k : {"input", "output"})
+    if (r.contains(k) && r[k].is_string()) put_path(r, k, r[k].get<std::string>());
+  std::cout << json_dump(r) << std::endl;
   if (!std::cout) {  // a full or closed stdout loses the record: that is a failed output
     std::cout.clear();
     throw Error(ErrorKind::Output, "stdout: cannot write the --json record");
@@ -112,7 +118,7 @@ void App::check_targets(const std::vector<std::string>& inputs, const std::strin
   if (is_directory_target(out)) {
     std::error_code ec;
     fs::create_directories(out, ec);
-    if (ec && !fs::is_directory(out)) throw Error(ErrorKind::Output, out + ": cannot create the output directory: " + ec.message());
+    if (ec && !fs::is_directory(out)) throw sys_error(ec.value(), ErrorKind::Output, out, "cannot create the output directory");
   }
   set_protected_inputs(inputs);
 }
@@ -121,16 +127,19 @@ void App::input_failed(const std::string& in, std::exception_ptr error, int& cod
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
-    // weights and devices fail the same way for every input: stop now
+    // weights and devices fail the same way for every input: stop now; so does the machine (out
+    // of memory or descriptors, a failing disk): the next input would fail alike, and none of it
+    // is this input's fault (main reports it, exit 75)
     if (e.kind() == ErrorKind::Weights && !engine_) throw;
-    if (e.kind() == ErrorKind::Device || e.kind() == ErrorKind::Usage) throw;
-    spdlog::error("{}", e.what());
-    emit_error(in, e.what());
+    if (e.kind() == ErrorKind::Device || e.kind() == ErrorKind::Usage || e.kind() == ErrorKind::Environment) throw;
+    // every message of a failed input names it (an output's error names the output)
+    const std::string what = in == "-" ? "stdin" : in;
+    const std::string msg = std::string(e.what()).rfind(what, 0) == 0 ? e.what() : what + ": " + e.what();
+    spdlog::error("{}", msg);
+    emit_error(in, msg);
     if (code == kOk) code = exit_code_for(e.kind());
   } catch (const std::bad_alloc&) {
-    spdlog::error("{}: out of memory", in);
-    emit_error(in, "out of memory");
-    if (code == kOk) code = kInternal;
+    throw;  // the machine: main reports it (exit 75)
   } catch (const std::exception& e) {  // a bug: still name the file and go on with the batch
     spdlog::error("{}: internal error: {}", in, e.what());
     emit_error(in, std::string("internal error: ") + e.what());
@@ -243,8 +252,14 @@ void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, c
   emit(rec);
 }
 
+// -o NAME.ext for audio: a container we write (before any weights are loaded)
+void check_audio_output(const DecodeOptions& o) {
+  if (!o.out.empty() && o.out != "-" && !is_directory_target(o.out) && o.raw_format.empty()) container_for(o.out);
+}
+
 int App::decode(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
+  check_audio_output(o);
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format is for --stream output; add --stream (files get a WAV/FLAC/OGG header)");
   if (o.stream) {
@@ -300,6 +315,7 @@ void App::report_decoded(const std::string& in, const std::string& path, const T
 
 int App::roundtrip(const DecodeOptions& o) {
   const SampleFormat sf = parse_sample_format(o.sample_format);
+  check_audio_output(o);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = monotonic_seconds();
     Engine& eng = engine();
@@ -331,7 +347,7 @@ int App::info(const std::vector<std::string>& files) {
     const nlohmann::json j = {{"kind", "build"}, {"version", MIMI_VERSION}, {"cpu_isa", cpu::gemm_isa()},
                               {"cpu_threads", cpu::default_num_threads()}, {"gpu_backend", gpu_backend()},
                               {"devices", devs}};
-    std::cout << j.dump(common_.json ? -1 : 2) << std::endl;
+    std::cout << json_dump(j, common_.json ? -1 : 2) << std::endl;
     return kOk;
   }
   int code = kOk;
@@ -346,7 +362,8 @@ int App::info(const std::vector<std::string>& files) {
           throw Error(ErrorKind::Input, what + ": neither a token file, weights nor audio");
         }
       });
-      nlohmann::json j = {{"file", f}, {"bytes", bytes.size()}};
+      nlohmann::json j = {{"bytes", bytes.size()}};
+      put_path(j, "file", f);
       std::optional<TokenFormat> fmt = declared;
       if (!fmt) fmt = sniff_format(bytes);
       bool is_weights = false;
@@ -381,7 +398,7 @@ int App::info(const std::vector<std::string>& files) {
           j["channels"] = a.channels;
           j["frames"] = a.frames;
           j["seconds"] = double(a.frames) / a.sample_rate;
-          std::cout << j.dump(common_.json ? -1 : 2) << std::endl;
+          std::cout << json_dump(j, common_.json ? -1 : 2) << std::endl;
           continue;
         }
         const TokenFile t = read_tokens(bytes, *fmt, f, /*recover=*/true);
@@ -398,8 +415,9 @@ int App::info(const std::vector<std::string>& files) {
           if (code == kOk) code = kInputError;
         }
       }
-      std::cout << j.dump(common_.json ? -1 : 2) << std::endl;
+      std::cout << json_dump(j, common_.json ? -1 : 2) << std::endl;
     } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Environment) throw;  // not this file's fault: stop (exit 75)
       spdlog::error("{}", e.what());
       if (code == kOk) code = exit_code_for(e.kind());
     }

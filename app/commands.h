@@ -25,6 +25,9 @@ enum ExitCode : int {
   kOutputError = 5,  // an output could not be written (or exists without --force)
   kDeviceError = 6,  // the requested device is not available
   kInternal = 70,    // a bug
+  // The machine failed, not the data (out of memory or file descriptors, an I/O error of a disk or
+  // network file system): nothing was recorded against an input; run again (sysexits' EX_TEMPFAIL).
+  kEnvironment = 75,
 };
 int exit_code_for(ErrorKind k);
 

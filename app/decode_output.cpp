@@ -64,7 +64,8 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
   }
   const int n_q = n_q_flag > 0 ? n_q_flag : std::min(n_q_default > 0 ? n_q_default : t.codes.n_q, t.codes.n_q);
   if (n_q > t.codes.n_q)
-    throw Error(ErrorKind::Usage, what + ": --n-q " + std::to_string(n_q) + " but the file holds " +
+    // a property of this file (others in the batch may hold enough): its own error, not a usage error
+    throw Error(ErrorKind::Input, what + ": --n-q " + std::to_string(n_q) + " but the file holds " +
                                       std::to_string(t.codes.n_q) + " codebooks");
   if (t.codes.n_q > c.n_q)
     throw Error(ErrorKind::Input, what + ": " + std::to_string(t.codes.n_q) + " codebooks, the model has " +

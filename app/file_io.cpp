@@ -15,14 +15,14 @@
 #include <random>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "codec/error.h"
 
 namespace mimi::app {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string errstr(int e) { return std::strerror(e); }
 
 // ---- temporaries: the signal handler's table, and stale ones of dead processes
 
@@ -104,6 +104,18 @@ std::set<std::pair<dev_t, ino_t>>& protected_inputs() {
   return s;
 }
 
+// The regular outputs this command has opened, by normalized absolute path (set_protected_inputs
+// turns the check on for the commands that map inputs to outputs).
+struct OutputClaims {
+  std::mutex mu;
+  bool on = false;
+  std::set<std::string> paths;
+};
+OutputClaims& output_claims() {
+  static OutputClaims c;
+  return c;
+}
+
 }  // namespace
 
 // ---- input
@@ -112,7 +124,7 @@ std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& chec
   const bool in = path == "-";
   const std::string name = in ? std::string("stdin") : path;
   int fd = in ? 0 : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(ErrorKind::Input, path + ": cannot open: " + errstr(errno));
+  if (fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
   struct FdCloser {
     int fd;
     bool own;
@@ -121,7 +133,7 @@ std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& chec
     }
   } closer{fd, !in};
   struct stat st{};
-  if (::fstat(fd, &st) != 0) throw Error(ErrorKind::Input, name + ": cannot stat: " + errstr(errno));
+  if (::fstat(fd, &st) != 0) throw sys_error(errno, ErrorKind::Input, name, "cannot stat");
   if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Input, name + ": is a directory");
   const bool regular = S_ISREG(st.st_mode);
   const uint64_t limit = regular ? uint64_t(st.st_size) : kMaxStreamedInputBytes;
@@ -134,7 +146,7 @@ std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& chec
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorKind::Input, name + ": read failed: " + errstr(errno));
+      throw sys_error(errno, ErrorKind::Input, name, "read failed");
     }
     if (n == 0) break;
     if (b.size() + size_t(n) > limit) {
@@ -155,6 +167,10 @@ std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& chec
 void set_protected_inputs(const std::vector<std::string>& inputs) {
   auto& s = protected_inputs();
   s.clear();
+  {
+    std::lock_guard<std::mutex> lock(output_claims().mu);
+    output_claims().on = true;
+  }
   for (const std::string& p : inputs) {
     struct stat st{};
     if (p != "-" && ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) s.insert({st.st_dev, st.st_ino});
@@ -169,7 +185,7 @@ void write_all(int fd, const void* data, size_t n, const std::string& what) {
     const ssize_t w = ::write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorKind::Output, what + ": write failed: " + errstr(errno));
+      throw sys_error(errno, ErrorKind::Output, what, "write failed");
     }
     p += w;
     n -= size_t(w);
@@ -186,17 +202,30 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
     if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Output, path + ": is a directory");
     if (!S_ISREG(st.st_mode)) {  // /dev/null, a FIFO, a terminal: write to it, never replace it
       fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd_ < 0) throw Error(ErrorKind::Output, path + ": cannot open for writing: " + errstr(errno));
+      if (fd_ < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot open for writing");
       return;
     }
     if (protected_inputs().count({st.st_dev, st.st_ino}))
       throw Error(ErrorKind::Output, path + ": is an input of this command; refusing to overwrite it");
     if (!force) throw Error(ErrorKind::Output, path + ": exists (use --force to overwrite)");
   }
+  {  // one output per input: a/x.wav and b/x.wav into out/ never both land in out/x.mimi (with
+     // --force the later would silently replace the earlier; without, it races it)
+    OutputClaims& c = output_claims();
+    std::lock_guard<std::mutex> lock(c.mu);
+    std::error_code aec;
+    const fs::path abs = fs::absolute(path, aec);
+    if (c.on && !c.paths.insert(aec ? path : abs.lexically_normal().string()).second)
+      throw Error(ErrorKind::Output, path + ": already the output of another input of this command; not written "
+                                            "twice (inputs with the same name into one directory?)");
+  }
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
-  fs::create_directories(dir, ec);  // failure shows up as "cannot create" below
+  fs::create_directories(dir, ec);
+  // a directory that could not be made says why (a read-only file system, no permission), not
+  // the "No such file or directory" of the temporary's open below
+  if (ec && !fs::is_directory(dir)) throw sys_error(ec.value(), ErrorKind::Output, dir.string(), "cannot create the directory");
   clean_stale_temporaries(dir);
   static std::atomic<unsigned> counter{0};
   std::random_device rd;
@@ -208,9 +237,9 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
     if (fd_ < 0 && errno != EEXIST) break;
   }
   if (fd_ < 0) {
-    const std::string err = errstr(errno);
+    const int err = errno;
     tmp_.clear();
-    throw Error(ErrorKind::Output, path + ": cannot create: " + err);
+    throw sys_error(err, ErrorKind::Output, path, "cannot create");
   }
   slot_ = register_temporary(tmp_);
   seekable_ = true;
@@ -223,22 +252,23 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::write(const void* data, size_t n) {
-  if (error_) throw Error(ErrorKind::Output, (path_ == "-" ? "stdout" : path_) + ": write failed: " + errstr(error_));
+  if (error_) throw sys_error(error_, ErrorKind::Output, path_ == "-" ? "stdout" : path_, "write failed");
   write_all(fd_, data, n, path_ == "-" ? "stdout" : path_);
   written_ += n;
 }
 
 void OutputFile::commit() {
   const std::string what = path_ == "-" ? "stdout" : path_;
-  if (error_) throw Error(ErrorKind::Output, what + ": write failed: " + errstr(error_));
+  if (error_) throw sys_error(error_, ErrorKind::Output, what, "write failed");
   if (tmp_.empty()) {  // stdout or a device: nothing to publish
     committed_ = true;
     return;
   }
-  if (::fsync(fd_) != 0) throw Error(ErrorKind::Output, what + ": fsync failed: " + errstr(errno));
+  if (::fsync(fd_) != 0) throw sys_error(errno, ErrorKind::Output, what, "fsync failed");
   if (::close(fd_) != 0) {
+    const int err = errno;
     fd_ = -1;
-    throw Error(ErrorKind::Output, what + ": close failed: " + errstr(errno));
+    throw sys_error(err, ErrorKind::Output, what, "close failed");
   }
   fd_ = -1;
   // Without --force the final name is taken only if still free: two writers of the same output
@@ -251,7 +281,7 @@ void OutputFile::commit() {
   if (rc != 0) {
     const int e = errno;
     if (e == EEXIST) throw Error(ErrorKind::Output, path_ + ": exists (use --force to overwrite)");
-    throw Error(ErrorKind::Output, path_ + ": cannot rename into place: " + errstr(e));
+    throw sys_error(e, ErrorKind::Output, path_, "cannot rename into place");
   }
   committed_ = true;
   unregister_temporary(slot_);
@@ -268,7 +298,10 @@ void install_signal_handlers() {
   struct sigaction sa{};
   sa.sa_handler = on_terminating_signal;
   sigemptyset(&sa.sa_mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &sa, nullptr);
+  // Every signal whose default is to end the process, not only INT/TERM/HUP: Slurm's --signal
+  // sends USR1 before the time limit, `timeout -s ALRM`, a CPU-time limit sends XCPU.
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGXCPU, SIGPWR})
+    ::sigaction(s, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGXFSZ, SIG_IGN);
 }
@@ -285,6 +318,29 @@ std::string output_path(const std::string& input, const std::string& out, const 
   if (!out.empty()) return out;
   if (input == "-") return "-";
   return (fs::path(input).parent_path() / (stem + ext)).string();
+}
+
+int batch_slots(int asked, size_t items, int fds_per_slot) {
+  int n = asked;
+  if (items > 0 && size_t(n) > items) n = int(items);
+  n = std::max(n, 1);
+  constexpr int kReserve = 8;  // the weights, a journal, a tar, a lock, an output written at a time
+  reserve_open_files(n * fds_per_slot + kReserve + 64);
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return n;
+  int open_now = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++open_now;
+  const long long room = (long long)r.rlim_cur - open_now - kReserve;
+  // at least one slot: the run then needs what a one-by-one run needs, and a descriptor that is
+  // still missing fails as the environment (EMFILE: exit 75), never as an input
+  const long long fit = std::max<long long>(room / fds_per_slot, 1);
+  if (fit < n) {
+    spdlog::warn("--batch {}: the open-file limit (ulimit -n {}) holds {} slot{}; using {}", asked,
+                 (long long)r.rlim_cur, fit, fit == 1 ? "" : "s", fit);
+    n = int(fit);
+  }
+  return n;
 }
 
 void reserve_open_files(int n) {

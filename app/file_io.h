@@ -23,7 +23,8 @@ using PrefixCheck = std::function<void(const uint8_t* data, size_t n)>;
 std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& check = nullptr);
 
 // Paths the current command reads: an output that is one of them (same file, through any name) is
-// refused even with --force. Set once per command by the batch loop.
+// refused even with --force. Set once per command by the batch loop; from then on an OutputFile
+// also refuses a path this process has already opened as an output (two inputs, one output).
 void set_protected_inputs(const std::vector<std::string>& inputs);
 
 // One output file. To a regular path: a hidden temporary beside it (".NAME.mimi-tmp.HOST.PID.N")
@@ -65,13 +66,21 @@ void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bo
 // Writes all n bytes to a file descriptor (retrying short writes). Throws Error(Output).
 void write_all(int fd, const void* data, size_t n, const std::string& what);
 
-// SIGINT/SIGTERM/SIGHUP remove the temporaries being written and exit 128 + signal; SIGPIPE and
+// SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2/SIGALRM/SIGVTALRM/SIGXCPU/SIGPWR (every signal
+// whose default ends the process) remove the temporaries being written and exit 128 + signal; SIGPIPE and
 // SIGXFSZ are ignored so a closed pipe or a file-size limit is a write error (exit 5), not a kill.
 void install_signal_handlers();
 
 // Raises the soft limit on open files to at least `n` (within the hard limit) for commands that
 // hold many files open at once (--batch); never lowers it, never fails.
 void reserve_open_files(int n);
+
+// The slots a --batch run gets: at most `asked`, at most `items` (0: unknown), and no more than
+// the open-file limit holds at `fds_per_slot` each beside the descriptors already open and a
+// reserve (the limit is raised to the hard one first), and at least 1. Fewer than asked is a
+// warning. Decided here, before any slot opens a file, so a low limit never shows up later as
+// items that "cannot be opened"; a descriptor still missing then is EMFILE: Error(Environment).
+int batch_slots(int asked, size_t items, int fds_per_slot);
 
 // Where the output for `input` goes:
 //   out == "-"                  -> "-" (stdout)

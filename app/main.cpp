@@ -1,7 +1,10 @@
 // mimi: Kyutai's Mimi neural audio codec on the command line.
 // Argument parsing and error reporting; the work is in commands.cpp.
+#include <fcntl.h>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -11,6 +14,7 @@
 #include "app/dataset/dataset.h"
 #include "app/threads_env.h"
 #include "app/file_io.h"
+#include "app/json_bytes.h"
 #include "codec/error.h"
 
 using namespace mimi;
@@ -18,10 +22,49 @@ using namespace mimi::app;
 
 namespace {
 
+// Every message is one line however odd the file names in it: control characters (a newline in a
+// name) and bytes that are not UTF-8 are written as \xNN (app/json_bytes.h). The one place where
+// messages reach the terminal.
+class PrintableMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    const std::string s = printable(std::string(msg.payload.data(), msg.payload.size()));
+    dest.append(s.data(), s.data() + s.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PrintableMessage>(); }
+};
+
+// Descriptors 0-2 closed by the caller (a daemon, `mimi ... >&- 2>&-`) would be handed to the
+// first files mimi opens - a lock, a tar - and a warning meant for stderr would land inside them.
+// They are taken before anything else by O_PATH descriptors of /dev/null, on which every read and
+// write still fails (EBADF) as on the closed descriptor: `-o -` to a closed stdout is still exit 5.
+void reserve_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int n = ::open("/dev/null", O_PATH | O_CLOEXEC);
+    if (n >= 0 && n != fd) {  // cannot happen while fd is the lowest free one; be safe anyway
+      ::dup2(n, fd);
+      ::close(n);
+    }
+  }
+}
+
+// What the command wrote to stdout (JSON records, tables, `info`) must have arrived: a full disk
+// or a closed pipe behind stdout is a failed output, exit 5, for every command and format.
+int check_stdout(int code) {
+  std::cout.flush();
+  const bool bad = !std::cout || std::fflush(stdout) != 0 || std::ferror(stdout);
+  if (!bad || code != kOk) return code;  // a failed command has said what failed (--json records)
+  spdlog::error("stdout: write failed (disk full or pipe closed): the output is incomplete");
+  return code == kOk ? kOutputError : code;
+}
+
 const char* kExitCodes =
     "Exit codes: 0 ok, 2 usage error, 3 unreadable or malformed input, 4 weights/config missing, bad or\n"
     "mismatched, 5 output not written (exists without --force, or I/O error), 6 device not available,\n"
-    "70 internal error, 130/143 interrupted by SIGINT/SIGTERM (nothing half-written is left). With several\n"
+    "70 internal error, 75 the machine failed, not the input (out of memory or file descriptors, an I/O\n"
+    "error): run again. 128+N killed by signal N (SIGINT, SIGTERM, SIGHUP, SIGUSR1/2, SIGALRM, SIGXCPU...;\n"
+    "nothing half-written is left). With several\n"
     "inputs, a failing input is reported and the rest still run; the exit code is that of the first failure.";
 
 void add_common(CLI::App* sub, Common& c) {
@@ -51,10 +94,15 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  reserve_standard_fds();
   mimi::app::configure_openmp_wait(argv);  // first: may re-exec (app/threads_env.cpp)
   auto logger = spdlog::stderr_color_mt("mimi");
   spdlog::set_default_logger(logger);
-  spdlog::set_pattern("mimi: %^%l%$: %v");
+  {
+    auto f = std::make_unique<spdlog::pattern_formatter>();
+    f->add_flag<PrintableMessage>('*').set_pattern("mimi: %^%l%$: %*");
+    spdlog::set_formatter(std::move(f));
+  }
 
   CLI::App app{"mimi " MIMI_VERSION ": Kyutai's Mimi neural audio codec (24 kHz mono audio <-> 12.5 Hz tokens).\n"
                "Data goes to stdout or files, status to stderr.",
@@ -247,7 +295,7 @@ int main(int argc, char** argv) {
 
   install_signal_handlers();
   App runner(common);
-  try {
+  auto run = [&]() -> int {
     if (*e) return runner.encode(enc);
     if (*d) return runner.decode(dec);
     if (*r) return runner.roundtrip(rt);
@@ -263,12 +311,25 @@ int main(int argc, char** argv) {
     }
     if (*dst) return ds::status(ds_status);
     if (*dv) return ds::verify(ds_verify);
+    return kUsage;
+  };
+  int code = kInternal;
+  try {
+    code = run();
   } catch (const Error& err) {
     spdlog::error("{}", err.what());
-    return exit_code_for(err.kind());
+    code = exit_code_for(err.kind());
+  } catch (const std::bad_alloc&) {  // the machine's limit, not a bug and not the input
+    spdlog::error("out of memory (a failure of the machine, not of the input; run again with more memory{})",
+                  (enc.batch > 1 || dec.batch > 1 || ds_enc.batch > 1) ? " or a smaller --batch" : "");
+    code = kEnvironment;
+  } catch (const std::system_error& err) {  // std::thread, std::filesystem: errno-carrying
+    const ErrorKind k = errno_kind(err.code().value(), ErrorKind::Internal);
+    spdlog::error("{}{}", k == ErrorKind::Internal ? "internal error: " : "", err.what());
+    code = exit_code_for(k);
   } catch (const std::exception& err) {
     spdlog::error("internal error: {}", err.what());
-    return kInternal;
+    code = kInternal;
   }
-  return kUsage;
+  return check_stdout(code);
 }

@@ -34,7 +34,7 @@ size_t read_some(int fd, uint8_t* dst, size_t n, bool exact, const std::string& 
     const ssize_t r = ::read(fd, dst + got, n - got);
     if (r < 0) {
       if (errno == EINTR) continue;
-      throw Error(ErrorKind::Input, what + ": read failed: " + std::strerror(errno));
+      throw sys_error(errno, ErrorKind::Input, what, "read failed");
     }
     if (r == 0) break;
     got += size_t(r);

@@ -10,6 +10,7 @@
 #include "app/weights_locate.h"
 #include "codec/error.h"
 #include "codec/weights.h"
+#include "kernels/cpu/cpu_budget.h"
 
 namespace mimi::app {
 namespace {
@@ -31,6 +32,17 @@ LoadedEngine make_engine(const EngineSpec& spec) {
   EngineOptions eo;
   eo.device = Device::parse(spec.device);
   eo.threads = spec.threads;
+  {  // more threads than CPUs only makes them wait for each other (5-8x slower at 1000 on 2 CPUs);
+     // the machine's own limits count here, not OMP_NUM_THREADS / SLURM_CPUS_PER_TASK, which an
+     // explicit --threads overrides
+    cpu::CpuLimits l = cpu::read_cpu_limits();
+    l.omp = l.slurm = 0;
+    const int cpus = cpu::cpu_budget(l);
+    if (eo.threads > cpus) {
+      spdlog::warn("--threads {}: this process may use {} CPU{}; using {}", eo.threads, cpus, cpus == 1 ? "" : "s", cpus);
+      eo.threads = cpus;
+    }
+  }
   le.engine = std::make_unique<Engine>(model, eo);
   if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("device {}", describe(eo.device));
   le.load_seconds = now() - t0;

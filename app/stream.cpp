@@ -30,7 +30,7 @@ int open_in(const std::string& p) {
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) throw Error(ErrorKind::Input, p + ": is a directory");
   const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(ErrorKind::Input, p + ": cannot open: " + std::strerror(errno));
+  if (fd < 0) throw sys_error(errno, ErrorKind::Input, p, "cannot open");
   return fd;
 }
 

@@ -81,7 +81,7 @@ std::string sha256_hex(const void* data, size_t n) {
 
 std::string sha256_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(ErrorKind::Input, path + ": cannot open: " + std::strerror(errno));
+  if (!f) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
   Sha256 s;
   std::vector<char> buf(1 << 20);
   size_t n;

@@ -718,8 +718,9 @@ std::vector<Case> catalogue() {
        "mimi encode a.wav --raw-format s16le -o x.mimi", cp("a.wav", "a.wav"), {{USAGE, Words{{"raw-format"}}}}});
   add({"opt/stream-raw-rate-0", "encode --stream --raw-format s16le --raw-rate 0",
        "mimi encode --stream - --raw-format s16le --raw-rate 0 -o x.mimi < /dev/null", nullptr, {{USAGE, Words{{"raw-rate"}}}}});
+  // the file's own error (exit 3), not a usage error: in a batch the other files still decode
   add({"opt/decode-n-q-beyond-file", "decode --n-q 9 of an 8-codebook file", "mimi decode a.mimi --n-q 9 -o x.wav",
-       cp("a.mimi", "a.mimi"), {{USAGE, Words{{"n-q"}}}}});
+       cp("a.mimi", "a.mimi"), {{INPUT, Words{{"a.mimi"}, {"n-q"}}}}});
 
   // ---------------------------------------------------------------- streams
   add({"stream/odd-byte-count", "encode --stream s16le raw with an odd byte count (works)",

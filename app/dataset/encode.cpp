@@ -18,6 +18,7 @@
 #include "app/dataset/shard_writer.h"
 #include "app/dataset/slots.h"
 #include "app/file_io.h"
+#include "app/json_bytes.h"
 #include "codec/error.h"
 #include "codec/names.h"
 
@@ -106,9 +107,9 @@ void ensure_dataset_json(const std::string& out, const json& want) {
 void reopen_for_retry(const ShardPaths& p) {
   std::error_code ec;
   fs::remove(p.done, ec);
-  if (ec) throw Error(ErrorKind::Output, p.done + ": cannot remove: " + ec.message());
+  if (ec) throw sys_error(ec.value(), ErrorKind::Output, p.done, "cannot remove");
   if (::rename(p.tar.c_str(), p.retry_tar.c_str()) != 0)
-    throw Error(ErrorKind::Output, p.retry_tar + ": cannot rename the finished tar: " + std::strerror(errno));
+    throw sys_error(errno, ErrorKind::Output, p.retry_tar, "cannot rename the finished tar");
 }
 
 struct Reused {
@@ -171,7 +172,14 @@ int encode_shard(const EncodeShardOptions& o) {
   const int shard = resolve_shard(o.shard, plan.shards, process_env());
   const ShardPaths paths(o.out, shard);
   const std::string name = shard_name(shard);
-  {  // settings that need no model are checked before loading one
+  // Every setting that needs no model is checked before the weights load and dataset.json is
+  // written: a typo costs a second, not a model load, and leaves nothing behind.
+  const std::vector<Item> items = read_shard_items(plan, shard);
+  const ErrorBudget budget(o.max_errors, items.size());
+  if (!(o.sync_seconds >= 0) || !std::isfinite(o.sync_seconds))
+    throw Error(ErrorKind::Usage, "--sync-seconds must be a number of seconds >= 0");
+  (void)Device::parse(o.engine.device);  // a bad device name is a usage error now, not after the load
+  {
     std::error_code ec;
     if (fs::exists(fs::path(o.out) / "dataset.json", ec)) {
       const json have = read_dataset_json(o.out);
@@ -194,8 +202,6 @@ int encode_shard(const EncodeShardOptions& o) {
     throw Error(ErrorKind::Usage, "--n-q must be 1.." + std::to_string(eng.config().n_q));
   ensure_dataset_json(o.out, dataset_fields(o, plan, eng));
   const int rate = eng.config().sample_rate;
-  const std::vector<Item> items = read_shard_items(plan, shard);
-  const ErrorBudget budget(o.max_errors, items.size());
   const json header = {{"shard", shard}, {"shards", plan.shards}, {"plan_sha256", plan.digest}, {"n_q", o.n_q},
                        {"weights_fingerprint", eng.model().fingerprint}};
   if (!done.is_null()) reopen_for_retry(paths);
@@ -243,78 +249,89 @@ int encode_shard(const EncodeShardOptions& o) {
     };
     check_budget();
 
-    if (!w.sealed()) {
-      std::vector<size_t> order;  // the items to read and encode
-      for (size_t i = w.next_index(); i < items.size(); ++i)
-        if (!reuse.count(items[i].key)) order.push_back(i);
-      // Items go to the tar and the journal in the shard's order: reused ones as they are reached,
-      // encoded ones as their results come.
-      size_t next_item = w.next_index();
-      auto add_reused_before = [&](size_t end) {
-        for (; next_item < end; ++next_item) {
-          const Item& it = items[next_item];
-          const auto r = reuse.find(it.key);
-          if (r == reuse.end()) throw Error(ErrorKind::Internal, "an item neither reused nor encoded");
-          w.add_item(next_item, it.key, read_range(source, r->second.offset, r->second.size, paths.retry_tar),
-                     r->second.frames, r->second.samples);
-          prog.resumed(double(r->second.samples) / rate);
-        }
-      };
-      auto add_result = [&](size_t i, ItemResult&& r) {
-        add_reused_before(i);
-        const Item& it = items[i];
-        if (!r.warning.empty()) spdlog::warn("{}: {}", it.path, r.warning);
-        if (!r.error.empty()) {
-          spdlog::warn("{}: item {} ({}): {}", name, i, it.key, r.error);
-          w.add_error(i, it.key, it.path, r.error_stage, r.error);
-          check_budget();
-        } else {
-          w.add_item(i, it.key, item_members(it, r.audio, r.codes, rate), r.codes.frames, r.audio.samples);
-          prog.add(double(r.audio.samples) / rate);
-        }
-        prog.tick(i + 1, w.errors());
-        next_item = i + 1;
-      };
-      if (o.batch > 1) {
-        reserve_open_files(o.batch + 16);  // every slot holds its item's file open
-        encode_items_batched(eng, o.n_q, o.batch, items, order, rate, add_result, o.readers);
-      } else {
-        Prefetcher pre(items, order, rate, kPrefetchSamples);
-        for (size_t i : order) {
+    // The machine running out of memory is not the item's fault: nothing is recorded for it, the
+    // run stops (exit 75) naming where it was, and a rerun resumes at that item.
+    size_t at_item = w.next_index();
+    try {
+      if (!w.sealed()) {
+        std::vector<size_t> order;  // the items to read and encode
+        for (size_t i = w.next_index(); i < items.size(); ++i)
+          if (!reuse.count(items[i].key)) order.push_back(i);
+        // Items go to the tar and the journal in the shard's order: reused ones as they are reached,
+        // encoded ones as their results come.
+        size_t next_item = w.next_index();
+        auto add_reused_before = [&](size_t end) {
+          for (; next_item < end; ++next_item) {
+            const Item& it = items[next_item];
+            const auto r = reuse.find(it.key);
+            if (r == reuse.end()) throw Error(ErrorKind::Internal, "an item neither reused nor encoded");
+            w.add_item(next_item, it.key, read_range(source, r->second.offset, r->second.size, paths.retry_tar),
+                       r->second.frames, r->second.samples);
+            prog.resumed(double(r->second.samples) / rate);
+          }
+        };
+        auto add_result = [&](size_t i, ItemResult&& r) {
+          add_reused_before(i);
           const Item& it = items[i];
-          std::unique_ptr<EncoderSession> session;
-          ItemResult r;
-          for (bool more = true; more;) {
-            Piece p = pre.pop();
-            if (p.item != i) throw Error(ErrorKind::Internal, "prefetch out of step");
-            switch (p.kind) {
-              case Piece::Start:
-                session = std::make_unique<EncoderSession>(eng, o.n_q);
-                r.audio.source_rate = p.rate;
-                r.audio.source_channels = p.channels;
-                break;
-              case Piece::Data:
-                if (!p.pcm.empty()) session->feed(p.pcm.data(), int64_t(p.pcm.size()));
-                break;
-              case Piece::End:
-                r.warning = p.message;
-                if (session->samples() == 0) r.error_stage = "read", r.error = it.path + ": no audio samples";
-                more = false;
-                break;
-              case Piece::Fail:
-                r.error_stage = p.stage, r.error = p.message;
-                more = false;
-                break;
+          if (!r.warning.empty()) spdlog::warn("{}: {}", it.path, r.warning);
+          if (!r.error.empty()) {
+            spdlog::warn("{}: item {} ({}): {}", name, i, it.key, r.error);
+            w.add_error(i, it.key, it.path, r.error_stage, r.error);
+            check_budget();
+          } else {
+            w.add_item(i, it.key, item_members(it, r.audio, r.codes, rate), r.codes.frames, r.audio.samples);
+            prog.add(double(r.audio.samples) / rate);
+          }
+          prog.tick(i + 1, w.errors());
+          next_item = i + 1;
+        };
+        if (o.batch > 1) {
+          const int slots = batch_slots(o.batch, order.size(), 1);  // every slot holds its item's file open
+          encode_items_batched(eng, o.n_q, slots, items, order, rate, add_result, o.readers);
+        } else {
+          Prefetcher pre(items, order, rate, kPrefetchSamples);
+          for (size_t i : order) {
+            const Item& it = items[i];
+            std::unique_ptr<EncoderSession> session;
+            ItemResult r;
+            for (bool more = true; more;) {
+              Piece p = pre.pop();
+              if (p.item != i) throw Error(ErrorKind::Internal, "prefetch out of step");
+              switch (p.kind) {
+                case Piece::Start:
+                  session = std::make_unique<EncoderSession>(eng, o.n_q);
+                  r.audio.source_rate = p.rate;
+                  r.audio.source_channels = p.channels;
+                  break;
+                case Piece::Data:
+                  if (!p.pcm.empty()) session->feed(p.pcm.data(), int64_t(p.pcm.size()));
+                  break;
+                case Piece::End:
+                  r.warning = p.message;
+                  if (session->samples() == 0) r.error_stage = "read", r.error = it.path + ": no audio samples";
+                  more = false;
+                  break;
+                case Piece::Fail:
+                  r.error_stage = p.stage, r.error = p.message;
+                  more = false;
+                  break;
+              }
             }
+            if (r.error.empty()) {
+              r.audio.samples = session->samples();
+              r.codes = session->finish();
+            }
+            add_result(i, std::move(r));
           }
-          if (r.error.empty()) {
-            r.audio.samples = session->samples();
-            r.codes = session->finish();
-          }
-          add_result(i, std::move(r));
         }
+        add_reused_before(items.size());
       }
-      add_reused_before(items.size());
+    } catch (const std::bad_alloc&) {
+      w.sync();
+      throw Error(ErrorKind::Environment, name + ": out of memory at item " + std::to_string(at_item) +
+                                              (at_item < items.size() ? " (" + printable(items[at_item].path) + ")" : "") +
+                                              "; nothing was recorded for it: run again, with more memory" +
+                                              (o.batch > 1 ? " or a smaller --batch" : ""));
     }
     const json extra = {{"shard", shard},
                         {"shards", plan.shards},
