@@ -1,3 +1,4 @@
+#include "app/json_bytes.h"
 #include "app/bench.h"
 
 #include <algorithm>
@@ -213,7 +214,7 @@ int run_bench(const BenchOptions& o) {
                                   {"decode_max", 1e3 * *std::max_element(lat.dec.begin(), lat.dec.end())}};
     const GraphStats& g = engine.graph_stats();
     out["graphs"] = {{"enabled", o.graphs}, {"captured", g.captured}, {"replayed", g.replayed}, {"uncaptured", g.uncaptured}};
-    std::cout << out.dump() << std::endl;
+    std::cout << json_dump(out) << std::endl;
     return 0;
   }
   if (on_gpu)

@@ -26,6 +26,9 @@ void check_token_prefix(std::optional<TokenFormat> declared, const uint8_t* p, s
     return;
   }
   if (*declared == TokenFormat::Text) {
+    if (n >= 2 && ((p[0] == 0xFF && p[1] == 0xFE) || (p[0] == 0xFE && p[1] == 0xFF)))
+      throw Error(ErrorKind::Input, what + ": UTF-16 text; text token files are ASCII or UTF-8 (convert it: "
+                                           "iconv -f UTF-16 -t UTF-8)");
     if (n > 0 && std::memchr(p, 0, n)) throw Error(ErrorKind::Input, what + ": binary data, not a text token file");
   } else if (sniffed != declared) {
     throw Error(ErrorKind::Input, what + ": not a " + std::string(format_name(*declared)) + " token file (wrong magic bytes)");

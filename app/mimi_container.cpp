@@ -1,3 +1,4 @@
+#include "app/json_bytes.h"
 #include "app/mimi_container.h"
 
 #include <cstring>
@@ -57,7 +58,7 @@ int bits_for(int codebook_size) {
 MimiWriter::MimiWriter(std::vector<uint8_t>& o, const nlohmann::json& header) : out(&o) {
   n_q = header.at("n_q").get<int>();
   bits = bits_for(header.at("codebook_size").get<int>());
-  const std::string h = header.dump();
+  const std::string h = json_dump(header);  // metadata strings from other files may not be UTF-8
   o.insert(o.end(), kMimiMagic, kMimiMagic + 4);
   o.push_back(kMimiVersion);
   o.push_back(0);

@@ -178,7 +178,9 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
       throw Error(ErrorKind::Weights, what + ": made with other weights (fingerprint " + fpr +
                                           "); pass --allow-weights-mismatch to decode anyway");
   } else {
-    if (!(std::isdigit(pre[0]) || pre[0] == '#' || pre[0] == ' ' || pre[0] == '\t' || pre[0] == '\n' || pre[0] == '\r'))
+    // 0xEF: a UTF-8 byte-order mark (parse_text_frame skips it on line 1, or refuses the line)
+    if (!(std::isdigit(pre[0]) || pre[0] == '#' || pre[0] == ' ' || pre[0] == '\t' || pre[0] == '\n' || pre[0] == '\r' ||
+          uint8_t(pre[0]) == 0xEF))
       throw Error(ErrorKind::Input, what + ": not a token stream (.mimi or text lines of codes)");
     text_buf.assign(reinterpret_cast<char*>(pre), got);
   }

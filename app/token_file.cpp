@@ -1,3 +1,4 @@
+#include "app/json_bytes.h"
 #include "app/token_file.h"
 
 #include <algorithm>
@@ -222,7 +223,7 @@ TokenFile read_text(const std::vector<uint8_t>& b, const std::string& what) {
 std::vector<uint8_t> write_st(const TokenFile& t) {
   std::map<std::string, std::string> md;
   const nlohmann::json meta = meta_to_json(t.meta);
-  for (auto& [k, v] : meta.items()) md[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  for (auto& [k, v] : meta.items()) md[k] = v.is_string() ? v.get<std::string>() : json_dump(v);
   return safetensors_bytes({{"codes", DType::I32, {1, t.codes.n_q, t.codes.frames}, t.codes.data.data()}}, md);
 }
 
@@ -250,6 +251,9 @@ TokenFile read_st(const std::vector<uint8_t>& b, const std::string& what) {
 bool parse_text_frame(const char* b, const char* e, std::vector<int32_t>& frame, const std::string& what,
                       int64_t line) {
   frame.clear();
+  // Text from other platforms: a UTF-8 byte-order mark before the first line (Notepad), CR LF line
+  // ends (the '\r' is a blank below). UTF-16 is refused by name before parsing (check_token_prefix).
+  if (line == 1 && e - b >= 3 && std::memcmp(b, "\xEF\xBB\xBF", 3) == 0) b += 3;
   if (b < e && *b == '#') return false;  // a comment line
   auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
   for (const char* p = b;;) {
@@ -309,7 +313,8 @@ std::optional<TokenFormat> sniff_format(const std::vector<uint8_t>& b) {
   if (b.size() >= 4 && std::memcmp(b.data(), kMimiMagic, 4) == 0) return TokenFormat::Mimi;
   if (b.size() >= 6 && std::memcmp(b.data(), "\x93NUMPY", 6) == 0) return TokenFormat::Npy;
   if (b.size() >= 9 && b[8] == '{') return TokenFormat::Safetensors;
-  if (!b.empty() && (isdigit(b[0]) || b[0] == '#' || b[0] == ' ')) return TokenFormat::Text;
+  const size_t bom = b.size() >= 3 && std::memcmp(b.data(), "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;  // Windows editors
+  if (b.size() > bom && (isdigit(b[bom]) || b[bom] == '#' || b[bom] == ' ')) return TokenFormat::Text;
   return std::nullopt;
 }
 

@@ -71,9 +71,14 @@ json dataset_fields(const EncodeShardOptions& o, const Plan& plan, const Engine&
           {"resampler_quality", "very high (SOXR_VHQ)"},
           {"channel_policy", "the item's channel from the manifest, else the average of all channels"},
           {"npy", "int16 [n_q, frames], little-endian, C order"},
-          {"plan", fs::absolute(plan.dir).lexically_normal().string()},
           {"plan_sha256", plan.digest},
           {"shards", plan.shards}};
+}
+
+json dataset_json(const EncodeShardOptions& o, const Plan& plan, const Engine& eng) {
+  json j = dataset_fields(o, plan, eng);
+  put_path(j, "plan", fs::absolute(plan.dir).lexically_normal().string());  // bytes, not UTF-8
+  return j;
 }
 
 // What a second run must agree on with the first (tool version and paths may differ).
@@ -92,7 +97,7 @@ void ensure_dataset_json(const std::string& out, const json& want) {
   const std::string path = (fs::path(out) / "dataset.json").string();
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    const std::string text = want.dump(1) + "\n";
+    const std::string text = json_dump(want, 1) + "\n";
     try {
       write_output(path, std::vector<uint8_t>(text.begin(), text.end()), false);
       return;
@@ -200,7 +205,7 @@ int encode_shard(const EncodeShardOptions& o) {
   Engine& eng = *le.engine;
   if (o.n_q < 1 || o.n_q > eng.config().n_q)
     throw Error(ErrorKind::Usage, "--n-q must be 1.." + std::to_string(eng.config().n_q));
-  ensure_dataset_json(o.out, dataset_fields(o, plan, eng));
+  ensure_dataset_json(o.out, dataset_json(o, plan, eng));
   const int rate = eng.config().sample_rate;
   const json header = {{"shard", shard}, {"shards", plan.shards}, {"plan_sha256", plan.digest}, {"n_q", o.n_q},
                        {"weights_fingerprint", eng.model().fingerprint}};
