@@ -19,24 +19,65 @@
 // A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left alone (and ends the recursion: the
 // re-executed process finds the variable set). The exec costs ~1 ms; if it fails the program
 // runs on with libgomp's default.
+//
+// The re-exec repeats the command line the kernel started, /proc/self/cmdline, with the program
+// /proc/self/exe, not mimi's own argv: run through the dynamic loader (`ld-linux-x86-64.so.2
+// --library-path L mimi ARGS`, as the GPU bundle does), /proc/self/exe is the loader and argv no
+// longer holds the loader's own arguments, so exec(self, argv) asked the loader to run
+// `gen-weights` as a program (exit 127). The kernel's command line is right in both cases.
 #include "app/threads_env.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace mimi::app {
 
+namespace {
+
+// The NUL-separated arguments the process was started with (empty if unreadable).
+std::vector<std::string> kernel_cmdline() {
+  std::vector<std::string> args;
+  const int fd = ::open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return args;
+  std::string all;
+  char buf[4096];
+  for (ssize_t k; (k = ::read(fd, buf, sizeof buf)) > 0;) all.append(buf, size_t(k));
+  ::close(fd);
+  for (size_t at = 0; at < all.size();) {
+    const size_t end = all.find('\0', at);
+    args.push_back(all.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return args;
+}
+
+}  // namespace
+
 void configure_openmp_wait(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  // the binary's own path, not /proc/self/exe, so ps and top still show "mimi"
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return;
   self[n] = '\0';
+  std::vector<std::string> args = kernel_cmdline();
+  // The kernel's line must end with mimi's own arguments (argv[1..]); otherwise something
+  // rewrote it and the re-exec is not safe: run on with libgomp's default.
+  int argc = 0;
+  while (argv[argc]) ++argc;
+  if (args.empty() || int(args.size()) < argc) return;
+  for (int i = 1; i < argc; ++i)
+    if (args[args.size() - size_t(argc) + size_t(i)] != argv[i]) return;
+  std::vector<char*> exec_argv;
+  for (std::string& a : args) exec_argv.push_back(a.data());
+  exec_argv.push_back(nullptr);
   if (setenv("GOMP_SPINCOUNT", "10000", 1) != 0) return;
-  execv(self, argv);
+  execv(self, exec_argv.data());
   // exec failed (binary replaced or deleted since): keep going with libgomp's default policy
   unsetenv("GOMP_SPINCOUNT");
 }
