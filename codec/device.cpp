@@ -74,10 +74,13 @@ const Kernels& kernels_for(const Device& d) {
         throw Error(ErrorKind::Device, "device " + d.str() + " is not available: this build of mimi has the " +
                                            gpu::vendor() + " backend, not " + want + " (use --device " +
                                            (std::string(gpu::vendor()) == "CUDA" ? "cuda" : "hip") + " or cpu)");
-      const int n = gpu::device_count();
+      std::string why;
+      const int n = gpu::device_count(&why);
       if (d.index >= n)
-        throw Error(ErrorKind::Device, "device " + d.str() + " is not available: " + std::to_string(n) + " " + want +
-                                           " device(s) found (use --device cpu)");
+        throw Error(ErrorKind::Device, "device " + d.str() + " is not available: " +
+                                           (why.empty() ? std::to_string(n) + " " + want + " device(s) found"
+                                                        : "the " + std::string(want) + " runtime cannot count devices: " + why) +
+                                           " (use --device cpu)");
       gpu::set_device(d.index);
       return kGpu;
 #else

@@ -20,4 +20,9 @@ for stub in libdl.so.2 libpthread.so.0 librt.so.1; do
   cp -L "$(dirname "$(ldd .gpu-bundle/mimi | awk '$1 == "libc.so.6" {print $3}')")/$stub" .gpu-bundle/lib/
 done
 grep -qx '/.gpu-bundle/' .git/info/exclude 2>/dev/null || echo '/.gpu-bundle/' >> .git/info/exclude
-du -sh .gpu-bundle
+# what travels to the device machine: the bundle compressed (~6 MB instead of ~28; the tree and the
+# carried paths together must stay under the device tool's 64 MiB), unpacked there by gpu-check.sh
+tar -cJf .gpu-bundle.tar.xz .gpu-bundle
+grep -qx '/.gpu-bundle.tar.xz' .git/info/exclude 2>/dev/null || echo '/.gpu-bundle.tar.xz' >> .git/info/exclude
+du -sh .gpu-bundle .gpu-bundle.tar.xz
+echo "carry: .gpu-bundle.tar.xz (tree + carry must stay under 64 MiB: $(du -sm --exclude=.git --exclude='build*' . | cut -f1) MiB here)"

@@ -1,111 +1,177 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU, one command: build with CUDA (or use the prebuilt binaries of
-# scripts/gpu-bundle.sh, carried as .gpu-bundle/, where the machine lacks the build deps),
-# run every GPU kernel against the naive CPU references, run the golden suite on the GPU, then
-# time encode/decode (10 s inputs, batch 1 and 64, streaming per-frame latency) and, where
-# python3 has transformers' MimiModel, HF's float32 MimiModel on the same weights and lengths.
-# Ends with a short table. Exit status: that of the first failing check (77: no device).
+# scripts/gpu-bundle.sh, carried as .gpu-bundle/ or .gpu-bundle.tar.xz, where the machine lacks
+# the build deps), run every GPU kernel against the naive CPU references (also under
+# compute-sanitizer memcheck and racecheck), the golden suite, streaming and batched checks on the
+# GPU, then time encode/decode (10 s and 60 s inputs, batch 1, 8, 64, 256, streaming per-frame
+# latency) and, last, HF's float32 MimiModel where python3 has transformers.
+#
+# Made for a device machine lent for minutes: every phase runs under its own `timeout`, each
+# summary line is written to $OUT/gpu-check-summary.txt as soon as it is known (a run killed at
+# its limit still leaves its table), phases past the script's budget (MIMI_GPU_CHECK_BUDGET_S,
+# default 450 s) are skipped and say so. Exit status: that of the first failing phase, a timed-out
+# one included (124); 77 when there is no device; 2 when there is neither a bundle nor a way to
+# build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${MIMI_GPU_BUILD:-build-gpu}
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
+# A dry run of the whole script on a CPU machine (CI: tests/gpu_check_dry_test.sh):
+# MIMI_GPU_CHECK_DEVICE=cpu MIMI_GPU_CHECK_CONFIG=tiny MIMI_GPU_BUILD=build
+DEV=${MIMI_GPU_CHECK_DEVICE:-cuda}
+CFG=${MIMI_GPU_CHECK_CONFIG:-full}
+T0=$(date +%s)
+BUDGET=${MIMI_GPU_CHECK_BUDGET_S:-450}
+SUMMARY=${GPU_CHECK_SUMMARY:-${OUT:-.}/gpu-check-summary.txt}
+mkdir -p "$(dirname "$SUMMARY")"
+: >"$SUMMARY"
+status=0
+note() { [ "$status" -eq 0 ] && status=$1; }
+line() { printf "%-40s %s\n" "$1" "$2" | tee -a "$SUMMARY"; }  # one summary line, kept at once
+elapsed() { echo $(($(date +%s) - T0)); }
+echo "== gpu-check ($(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi'))" |
+  tee -a "$SUMMARY"
+
+# ---- the binaries: the bundle (unpacked from its .tar.xz if only that came), else a build here
+if [ ! -x .gpu-bundle/mimi ] && [ -f .gpu-bundle.tar.xz ]; then
+  tar -xJf .gpu-bundle.tar.xz || { line "bundle" "ERROR: .gpu-bundle.tar.xz does not unpack"; exit 2; }
+fi
 export MIMI_TEST_DATA_DIR="$PWD/tests/data"
 if [ -x .gpu-bundle/mimi ]; then
-  # prebuilt by scripts/gpu-bundle.sh: run through the bundled loader and libraries (the
-  # driver's libcuda still comes from this machine's library path)
-  echo "gpu-check: using the prebuilt .gpu-bundle"
+  # prebuilt by scripts/gpu-bundle.sh: run through the bundled loader and libraries (the driver's
+  # libcuda still comes from this machine's library path)
+  line "binaries" "prebuilt .gpu-bundle"
   libs="$PWD/.gpu-bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64:/usr/lib64"
   run_bin() { "$PWD/.gpu-bundle/lib/ld-linux-x86-64.so.2" --library-path "$libs" "$PWD/.gpu-bundle/$1" "${@:2}"; }
+  bin_path() { echo "$PWD/.gpu-bundle/$1"; }
 else
+  if ! command -v nvcc >/dev/null && ! [ -x /usr/local/cuda/bin/nvcc ]; then
+    line "binaries" "ERROR: no .gpu-bundle/ (nor .gpu-bundle.tar.xz) and no nvcc to build: run scripts/gpu-bundle.sh here and carry it"
+    exit 2
+  fi
   if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ] ||
      [ ! -x "$B/tests/test_streaming" ] || [ ! -x "$B/tests/test_batch" ]; then
     bash scripts/install-deps.sh >/dev/null 2>&1 || true
-    cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null &&
-      cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden test_streaming test_batch || exit 1
+    if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
+             -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null &&
+           cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden test_streaming test_batch; }; then
+      line "binaries" "ERROR: the CUDA build failed"
+      exit 2
+    fi
   fi
+  line "binaries" "built here ($B)"
   run_bin() {
     case "$1" in
       mimi) "$B/mimi" "${@:2}" ;;
       *) "$B/tests/$1" "${@:2}" ;;
     esac
   }
+  bin_path() { case "$1" in mimi) echo "$B/mimi" ;; *) echo "$B/tests/$1" ;; esac; }
 fi
-status=0
-note() { [ "$status" -eq 0 ] && status=$1; }
-echo "== GPU kernels vs the naive CPU references"
-run_bin test_gpu_kernels; rc_k=$?; [ $rc_k -ne 0 ] && note $rc_k
-echo "== golden suite on the GPU"
-run_bin test_golden "--test-case=golden gpu"; rc_g=$?; [ $rc_g -ne 0 ] && note $rc_g
-echo "== streaming on the GPU (chunks of 1, 7, 50 frames)"
-run_bin test_streaming "--test-case=streaming gpu*"; rc_s=$?; [ $rc_s -ne 0 ] && note $rc_s
-echo "== batched == alone on the GPU (mixed lengths through 1..12 slots, encode and decode)"
-run_bin test_batch "--test-case=batch gpu*"; rc_b=$?; [ $rc_b -ne 0 ] && note $rc_b
-# compute-sanitizer (CUDA toolkit) where the machine has it: out-of-bounds/misaligned accesses and
-# shared-memory races, which the CPU emulation cannot see between blocks (docs/GPU.md)
+
+# phase NAME LIMIT_S CMD...: runs CMD under `timeout`, unless the budget is spent; its exit status
+# goes into the summary at once and into the script's status
+phase() {
+  local name=$1 limit=$2; shift 2
+  if [ "$(elapsed)" -ge "$BUDGET" ]; then
+    line "$name" "SKIPPED (budget of ${BUDGET} s spent)"
+    note 124
+    return 124
+  fi
+  echo "== $name"
+  local t=$(date +%s)
+  timeout -k 5 "$limit" bash -c '"$@"' _ "$@"  # functions (run_bin, sanitize) are exported below
+  local rc=$?
+  local took=$(($(date +%s) - t))
+  case $rc in
+    0) line "$name" "ok (${took} s)" ;;
+    124|137) line "$name" "TIMED OUT after ${limit} s"; note 124 ;;
+    77) line "$name" "exit 77: no GPU device" ;;
+    *) line "$name" "FAILED: exit $rc (${took} s)"; note $rc ;;
+  esac
+  return $rc
+}
+
+export -f run_bin bin_path
+export libs B
+phase "GPU kernels vs references" 120 run_bin test_gpu_kernels
+if [ "$DEV" != cpu ] && ! run_bin mimi info --json 2>/dev/null | grep -q '"device":"cuda'; then
+  why=$(run_bin mimi bench --device cuda --weights tests/data/tiny/weights.hf.safetensors --seconds 1 --runs 1 \
+        --latency-frames 0 2>&1 | grep -m1 'error')
+  line "device" "NO CUDA DEVICE: ${why:-mimi info lists none}"
+  exit 77
+fi
+phase "golden suite on the GPU" 150 run_bin test_golden "--test-case=golden gpu"
+phase "streaming on the GPU" 90 run_bin test_streaming "--test-case=streaming gpu*"
+phase "batched == alone on the GPU" 90 run_bin test_batch "--test-case=batch gpu*"
+# compute-sanitizer: out-of-bounds/misaligned accesses and shared-memory races, which the CPU
+# emulation cannot see between blocks. The kernel test binary needs only glibc and libstdc++, so
+# it runs directly (the bundle's loader is for mimi); tried through the loader if that fails to start.
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-rc_m=skipped rc_r=skipped
-if [ -n "$CS" ] && [ ! -x .gpu-bundle/mimi ]; then
-  echo "== compute-sanitizer memcheck / racecheck over the kernel sweeps"
-  "$CS" --tool memcheck --error-exitcode 99 "$B/tests/test_gpu_kernels"; rc_m=$?; [ $rc_m -ne 0 ] && note $rc_m
-  "$CS" --tool racecheck --error-exitcode 99 "$B/tests/test_gpu_kernels"; rc_r=$?; [ $rc_r -ne 0 ] && note $rc_r
+if [ -n "$CS" ]; then
+  sanitize() {
+    "$CS" --tool "$1" --error-exitcode 99 "$(bin_path test_gpu_kernels)"
+    local rc=$?
+    if [ $rc -eq 127 ] && [ -x .gpu-bundle/mimi ]; then
+      "$CS" --tool "$1" --error-exitcode 99 "$PWD/.gpu-bundle/lib/ld-linux-x86-64.so.2" --library-path "$libs" \
+        "$(bin_path test_gpu_kernels)"
+      rc=$?
+    fi
+    return $rc
+  }
+  export -f sanitize
+  export CS
+  phase "compute-sanitizer memcheck" 150 sanitize memcheck
+  phase "compute-sanitizer racecheck" 150 sanitize racecheck
+else
+  line "compute-sanitizer" "not on this machine"
 fi
+
 W=$(mktemp -d)
-run_bin mimi gen-weights --config full --dialect hf -o "$W/model.safetensors" -q
-echo "== mimi bench (full-size PRNG weights, n_q 8): batch 1, 8, 64, 256 slots"
+trap 'rm -rf "$W"; kill $SMI 2>/dev/null' EXIT
+SMI=""
+phase "$CFG PRNG weights" 60 run_bin mimi gen-weights --config "$CFG" --dialect hf -o "$W/model.safetensors" -q
 MEMLOG="$W/mem.csv"  # peak device memory: nvidia-smi sampled beside the benchmarks
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$MEMLOG" 2>/dev/null &
 SMI=$!
-bench() { run_bin mimi bench --device cuda --weights "$W/model.safetensors" "$@"; }
-# 400 single-frame steps: the last ~150 run with full windows, captured and replayed as graphs
-bench --seconds 10,60 --runs 3 --latency-frames 400 | tee "$W/b1.txt"
-bench --seconds 10 --runs 2 --latency-frames 400 --no-graphs | tee "$W/b1-nographs.txt"
-bench --seconds 10 --runs 2 --batch 8 --latency-frames 0 | tee "$W/b8.txt"
-bench --seconds 10,60 --runs 2 --batch 64 --latency-frames 100 | tee "$W/b64.txt"
-bench --seconds 10 --runs 1 --batch 256 --latency-frames 0 | tee "$W/b256.txt"
-kill $SMI 2>/dev/null
-run_bin mimi bench --device cpu --weights "$W/model.safetensors" --seconds 10 --runs 3 --latency-frames 0 | tee "$W/cpu.txt"
-hf=""
-if python3 -c "from transformers import MimiModel" 2>/dev/null; then
-  echo "== HF transformers MimiModel (float32) on the same weights"
-  hf=$(python3 scripts/hf_mimi_bench.py --weights "$W" --seconds 10 --batch 1,64) && echo "$hf"
-fi
-rtf() { awk -v d="$2" -v s="$3" '$1 == d && $2 == s"s" {print $7}' "$1"; }
-SUMMARY=${GPU_CHECK_SUMMARY:-${OUT:-.}/gpu-check-summary.txt}  # the table, also left in this file
-{
-echo
-echo "== gpu-check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
-printf "%-34s %s\n" "GPU kernels vs references" "exit $rc_k (0 ok, 77 no device)"
-printf "%-34s %s\n" "golden suite on the GPU" "exit $rc_g"
-printf "%-34s %s\n" "streaming on the GPU" "exit $rc_s"
-printf "%-34s %s\n" "batched == alone on the GPU" "exit $rc_b"
-printf "%-34s %s\n" "compute-sanitizer memcheck/racecheck" "$rc_m / $rc_r"
-for b in 1 8 64 256; do
+rtf() { awk -v d="$2" -v s="$3" '$1 == d && $2 == s"s" {print $7}' "$1" 2>/dev/null; }
+# bench NAME FILE LIMIT ARGS...: one benchmark; its x real time lines go to the summary at once
+bench() {
+  local name=$1 file=$2 limit=$3; shift 3
+  phase "bench $name" "$limit" bash -c 'set -o pipefail; "$@" | tee "'"$file"'"' _ run_bin_mimi "$@"
   for secs in 10 60; do
-    e=$(rtf "$W/b$b.txt" encode $secs)
-    [ -n "$e" ] && printf "%-34s %s / %s x realtime per GPU\n" "encode / decode ${secs} s, batch $b" "$e" "$(rtf "$W/b$b.txt" decode $secs)"
+    local e=$(rtf "$file" encode $secs)
+    [ -n "$e" ] && line "  encode / decode ${secs} s" "$e / $(rtf "$file" decode $secs) x real time"
   done
-done
-printf "%-34s %s / %s x realtime\n" "CPU encode / decode 10 s" "$(rtf "$W/cpu.txt" encode 10)" "$(rtf "$W/cpu.txt" decode 10)"
-printf "%-34s %s\n" "streaming step, batch 1" "$(grep -o 'encode median.*' "$W/b1.txt")"
-printf "%-34s %s\n" "  graphs (batch 1)" "$(grep -o 'graphs: .*' "$W/b1.txt")"
-printf "%-34s %s\n" "  same, --no-graphs" "$(grep -o 'encode median.*' "$W/b1-nographs.txt")"
-printf "%-34s %s / %s x realtime\n" "encode / decode 10 s, no graphs" "$(rtf "$W/b1-nographs.txt" encode 10)" "$(rtf "$W/b1-nographs.txt" decode 10)"
-printf "%-34s %s\n" "streaming step, batch 64" "$(grep -o 'encode median.*' "$W/b64.txt")"
-printf "%-34s %s\n" "  graphs (batch 64)" "$(grep -o 'graphs: .*' "$W/b64.txt")"
-printf "%-34s %s MiB\n" "peak device memory (nvidia-smi)" "$(sort -n "$MEMLOG" 2>/dev/null | tail -1)"
-if [ -n "$hf" ]; then
-  echo "$hf" | python3 -c "
+  grep -o 'encode median.*' "$file" 2>/dev/null | head -1 | while read -r l; do line "  streaming step" "$l"; done
+  grep -o 'graphs: .*' "$file" 2>/dev/null | head -1 | while read -r l; do line "  graphs" "$l"; done
+}
+run_bin_mimi() { run_bin mimi "$@"; }
+export -f run_bin_mimi
+gb() { echo bench --device "$DEV" --weights "$W/model.safetensors"; }
+# 400 single-frame steps at batch 1 (the last ~150 with full windows, captured as graphs); at
+# batch 64, 150 steps: a slot is steady only after 125, so 100 never captured a graph
+bench "batch 1" "$W/b1.txt" 120 $(gb) --seconds 10,60 --runs 3 --latency-frames 400
+bench "batch 1, --no-graphs" "$W/b1n.txt" 60 $(gb) --seconds 10 --runs 2 --latency-frames 400 --no-graphs
+bench "batch 8" "$W/b8.txt" 60 $(gb) --seconds 10 --runs 2 --batch 8 --latency-frames 0
+bench "batch 64" "$W/b64.txt" 150 $(gb) --seconds 10,60 --runs 2 --batch 64 --latency-frames 150
+bench "batch 256" "$W/b256.txt" 120 $(gb) --seconds 10 --runs 1 --batch 256 --latency-frames 0
+kill $SMI 2>/dev/null
+line "peak device memory (nvidia-smi)" "$(sort -n "$MEMLOG" 2>/dev/null | tail -1) MiB"
+bench "CPU, same binary" "$W/cpu.txt" 60 bench --device cpu --weights "$W/model.safetensors" --seconds 10 --runs 3 --latency-frames 0
+
+# ---- last: HF transformers' MimiModel on the same weights (optional; never fails the check)
+if [ "$(elapsed)" -lt "$BUDGET" ] && python3 -c "from transformers import MimiModel" 2>/dev/null; then
+  echo "== HF transformers MimiModel (float32) on the same weights"
+  if hf=$(timeout 120 python3 scripts/hf_mimi_bench.py --weights "$W" --seconds 10 --batch 1,64); then
+    echo "$hf" | python3 -c "
 import json, sys
-d = json.load(sys.stdin)
-for r in d['results']:
-    print('%-34s %.1f x realtime (batch total)' % ('HF MimiModel %s, batch %d' % (r['direction'], r['batch']), r['rtf']))
-"
-  ours=$(rtf "$W/b64.txt" encode 10)
-  hf64=$(echo "$hf" | python3 -c "import json,sys; print([r['rtf'] for r in json.load(sys.stdin)['results'] if r['direction']=='encode' and r['batch']==64][0])")
-  python3 -c "print('%-34s %.2fx (target >= 5x)' % ('batch-64 encode throughput vs HF', float('$ours') / float('$hf64')))" 2>/dev/null
+for r in json.load(sys.stdin)['results']:
+    print('%-40s %.1f x real time (batch total)' % ('HF MimiModel %s, batch %d' % (r['direction'], r['batch']), r['rtf']))
+" | tee -a "$SUMMARY"
+  else
+    line "HF MimiModel" "failed or timed out (not counted)"
+  fi
 fi
-} | tee "$SUMMARY"
-echo "(summary table also in $SUMMARY)"
-rm -rf "$W"
+line "gpu-check" "exit $status after $(elapsed) s"
+echo "(summary also in $SUMMARY)"
 exit $status

@@ -27,7 +27,9 @@ void linear_scale_add(int64_t in, int64_t out, int64_t T, const float* W, const 
 void layer_norm_linear(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* gamma,
                        const float* beta, float eps, bool gelu, float* stats, float* y);
 
-int device_count();  // 0 when there is no usable device (never throws)
+// 0 when there is no usable device (never throws); `why` gets the runtime's own words when it
+// failed to count (an old driver, no driver, a busy device), so that is never read as "0 devices".
+int device_count(std::string* why = nullptr);
 void set_device(int index);
 std::string device_name(int index);  // the runtime's name for it; throws Error(Device)
 // True in a MIMI_GPU_EMULATE build: the "device" is the CPU emulator of kernels/gpu/emulate.h.

@@ -3,9 +3,11 @@
 
 namespace mimi::gpu {
 
-int device_count() {
+int device_count(std::string* why) {
   int n = 0;
-  if (gpuGetDeviceCount(&n) != gpuSuccess) {
+  const gpuError_t e = gpuGetDeviceCount(&n);
+  if (e != gpuSuccess) {
+    if (why) *why = gpuGetErrorString(e);
     (void)gpuGetLastError();  // clear the sticky "no driver" error
     return 0;
   }
