@@ -83,7 +83,7 @@ int exit_code_for(ErrorKind k) {
 
 Engine& App::engine() {
   if (engine_) return *engine_;
-  LoadedEngine le = make_engine({common_.weights, common_.config, common_.device, common_.threads});
+  LoadedEngine le = make_engine({common_.weights, common_.config, common_.device, common_.threads, parts_});
   load_seconds_ = le.load_seconds;
   engine_ = std::move(le.engine);
   return *engine_;
@@ -167,6 +167,7 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
 }
 
 int App::encode(const EncodeOptions& o) {
+  parts_ = {.encoder = true, .decoder = false};  // a decoder's weights would only take memory
   check_format_matches_output(o.format, o.out);
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format describes a --stream input; add --stream (files carry their own header)");
@@ -258,6 +259,7 @@ void check_audio_output(const DecodeOptions& o) {
 }
 
 int App::decode(const DecodeOptions& o) {
+  parts_ = {.encoder = false, .decoder = true};
   const SampleFormat sf = parse_sample_format(o.sample_format);
   check_audio_output(o);
   if (!o.stream && !o.raw_format.empty())

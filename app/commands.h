@@ -107,6 +107,7 @@ class App {
   void write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall);
 
   Common common_;
+  Parts parts_;  // what the command runs (encode: the encoder only), set before engine()
   std::unique_ptr<Engine> engine_;
   double load_seconds_ = 0;
 };

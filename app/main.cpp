@@ -284,16 +284,16 @@ int main(int argc, char** argv) {
   dv->add_option("--plan", ds_verify.plan, "Plan directory [default: the one OUT/dataset.json names]");
   dv->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
 
+  install_signal_handlers();  // first: SIGPIPE ignored, so --help into a closed pipe is a write error
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
-    const int rc = app.exit(err);
-    return rc == 0 ? kOk : kUsage;
+    const int rc = app.exit(err);  // --help, --version, or the usage error
+    return check_stdout(rc == 0 ? kOk : kUsage);
   }
   if (common.quiet) spdlog::set_level(spdlog::level::err);
   else if (common.verbose >= 1) spdlog::set_level(spdlog::level::debug);
 
-  install_signal_handlers();
   App runner(common);
   auto run = [&]() -> int {
     if (*e) return runner.encode(enc);

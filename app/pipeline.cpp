@@ -27,6 +27,7 @@ LoadedEngine make_engine(const EngineSpec& spec) {
   le.weights_path = locate_weights(spec.weights);
   LoadOptions lo;
   if (!spec.config.empty()) lo.config_path = spec.config;
+  lo.parts = spec.parts;
   resolve_config(le.weights_path, lo, &le.config_origin);
   auto model = load_model(le.weights_path, lo);
   EngineOptions eo;

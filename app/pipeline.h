@@ -8,6 +8,7 @@
 
 #include "app/audio_io.h"
 #include "codec/engine.h"
+#include "codec/weights.h"
 
 namespace mimi::app {
 
@@ -17,6 +18,7 @@ struct EngineSpec {
   std::string config;   // "" = beside the weights, else the official config
   std::string device = "cpu";
   int threads = 0;
+  Parts parts;  // the directions the command runs: the other's weights are not kept (codec/weights.h)
 };
 
 struct LoadedEngine {

@@ -1,5 +1,9 @@
 #include "codec/config.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -169,12 +173,35 @@ Config Config::from_json(const nlohmann::json& j, const std::string& what) {
   return c;
 }
 
+std::string Config::read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw sys_error(errno, ErrorKind::Weights, path, "cannot open the config");
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t k = ::read(fd, buf, sizeof buf);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw sys_error(e, ErrorKind::Weights, path, "cannot read the config");
+    }
+    if (k == 0) break;
+    text.append(buf, size_t(k));
+    if (text.size() > (size_t(16) << 20)) {
+      ::close(fd);
+      bad(path, "more than 16 MiB: not a model config");
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
 Config Config::from_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(ErrorKind::Weights, path + ": cannot open config");
+  const std::string text = read_file(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    j = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     bad(path, std::string("not valid JSON: ") + e.what());
   }

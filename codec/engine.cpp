@@ -36,6 +36,7 @@ Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts)
 }
 
 EncodePlan& Engine::encode_plan(int64_t frames, int n_q, int slots) {
+  if (!model_->has_encoder) throw Error(ErrorKind::Internal, "encode with a model loaded without its encoder");
   const PlanKey key{opts_.device, Direction::Encode, frames, n_q, slots};
   EncodePlan& plan =
       enc_cache_.get(key, [&] { return std::make_unique<EncodePlan>(*placed_, *kernels_, frames, n_q, slots); });
@@ -46,6 +47,7 @@ EncodePlan& Engine::encode_plan(int64_t frames, int n_q, int slots) {
 }
 
 DecodePlan& Engine::decode_plan(int64_t frames, int n_q, int slots) {
+  if (!model_->has_decoder) throw Error(ErrorKind::Internal, "decode with a model loaded without its decoder");
   const PlanKey key{opts_.device, Direction::Decode, frames, n_q, slots};
   DecodePlan& plan =
       dec_cache_.get(key, [&] { return std::make_unique<DecodePlan>(*placed_, *kernels_, frames, n_q, slots); });

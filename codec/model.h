@@ -65,6 +65,9 @@ struct Model {
   Dialect dialect = Dialect::Moshi;
   std::string source;       // file it came from
   std::string fingerprint;  // hex id of the weights (see weights.cpp)
+  // Whether the tensors of each direction were kept at load (weights.h Parts); a direction not
+  // kept has empty tensors (shapes set, data == nullptr) and must not be run.
+  bool has_encoder = true, has_decoder = true;
 
   Conv enc_in;
   std::vector<EncoderStage> enc;

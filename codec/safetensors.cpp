@@ -1,13 +1,13 @@
 #include "codec/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "codec/error.h"
@@ -30,15 +30,82 @@ constexpr DTypeEntry kDTypes[] = {
   throw Error(ErrorKind::Input, what + ": " + msg);
 }
 
-struct Mapping {
-  void* addr = nullptr;
-  size_t len = 0;
-  ~Mapping() {
-    if (addr && len) munmap(addr, len);
+// Reads up to len bytes at off, stopping early only at the end of the file; returns the count.
+// A failed read is sys_error (EIO, ESTALE...: the environment; exit 75).
+uint64_t pread_full(int fd, void* dst, uint64_t len, uint64_t off, const std::string& path) {
+  auto* p = static_cast<uint8_t*>(dst);
+  uint64_t got = 0;
+  while (got < len) {
+    const size_t chunk = size_t(std::min<uint64_t>(len - got, uint64_t(1) << 30));
+    const ssize_t r = ::pread(fd, p + got, chunk, off_t(off + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw sys_error(errno, ErrorKind::Input, path, "read failed");
+    }
+    if (r == 0) break;  // the end of the file
+    got += uint64_t(r);
   }
-};
+  return got;
+}
+
+uint64_t le64(const uint8_t* b) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | b[i];
+  return n;
+}
+
+bool same_time(const struct timespec& a, const struct timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+// n values of a float dtype at p as float32 (p need not be aligned).
+void convert_f32(const uint8_t* p, DType dtype, int64_t n, float* v) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(v, p, size_t(n) * 4); break;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        v[i] = half_to_float(h);
+      }
+      break;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        v[i] = bf16_to_float(h);
+      }
+      break;
+    case DType::F64:
+      for (int64_t i = 0; i < n; ++i) {
+        double d;
+        std::memcpy(&d, p + 8 * i, 8);
+        v[i] = float(d);
+      }
+      break;
+    default: break;  // (callers check the dtype)
+  }
+}
+
+bool is_float_dtype(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64; }
 
 }  // namespace
+
+namespace safetensors_testing {
+void (*before_tensor_read)(const std::string& path, const std::string& tensor) = nullptr;
+}  // namespace safetensors_testing
+
+// An opened file: its descriptor (closed with the last copy of the SafetensorsFile) and what
+// fstat said at open.
+struct SafetensorsFile::OpenFile {
+  int fd = -1;
+  struct stat st {};
+  std::once_flag whole_once;
+  std::vector<uint8_t> whole;  // data(): the data section, read on first use
+  ~OpenFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
 
 const char* dtype_name(DType d) {
   for (const auto& e : kDTypes)
@@ -86,29 +153,25 @@ float bf16_to_float(uint16_t h) {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file");
-  }
-  auto m = std::make_shared<Mapping>();
-  m->len = size_t(st.st_size);
-  if (m->len > 0) {
-    m->addr = mmap(nullptr, m->len, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m->addr == MAP_FAILED) {
-      m->addr = nullptr;
-      ::close(fd);
-      fail(path, std::string("mmap failed: ") + std::strerror(errno));
-    }
-  }
-  ::close(fd);
-  f.base_ = static_cast<const uint8_t*>(m->addr);
-  f.size_ = m->len;
-  f.owner_ = m;
-  f.mapped_ = true;
-  f.parse(path);
+  auto of = std::make_shared<OpenFile>();
+  of->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (of->fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
+  if (fstat(of->fd, &of->st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot stat");
+  if (!S_ISREG(of->st.st_mode)) fail(path, "not a regular file");
+  // Tensors are read front to back, mostly: let the kernel read ahead (a cold cache, NFS).
+  posix_fadvise(of->fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // (advice: a failure changes nothing)
+  f.size_ = uint64_t(of->st.st_size);
+  f.file_ = of;
+  if (f.size_ < 8) fail(path, "too short for a safetensors file (" + std::to_string(f.size_) + " bytes)");
+  uint8_t len[8];
+  if (pread_full(of->fd, len, 8, 0, path) != 8) fail(path, "truncated while being read (its length header)");
+  const uint64_t n = le64(len);
+  if (n > f.size_ - 8)
+    fail(path, "header length " + std::to_string(n) + " exceeds the file (" + std::to_string(f.size_) +
+                   " bytes): truncated or not safetensors");
+  std::vector<uint8_t> header(static_cast<size_t>(n));
+  if (pread_full(of->fd, header.data(), n, 8, path) != n) fail(path, "truncated while being read (its header)");
+  f.parse(path, header.data(), n);
   return f;
 }
 
@@ -116,22 +179,21 @@ SafetensorsFile SafetensorsFile::from_bytes(std::shared_ptr<const std::vector<ui
                                             const std::string& what) {
   SafetensorsFile f;
   f.path_ = what;
-  f.base_ = bytes->data();
   f.size_ = bytes->size();
-  f.owner_ = bytes;
-  f.parse(what);
+  f.bytes_ = std::move(bytes);
+  if (f.size_ < 8) fail(what, "too short for a safetensors file (" + std::to_string(f.size_) + " bytes)");
+  const uint64_t n = le64(f.bytes_->data());
+  if (n > f.size_ - 8)
+    fail(what, "header length " + std::to_string(n) + " exceeds the file (" + std::to_string(f.size_) +
+                   " bytes): truncated or not safetensors");
+  f.parse(what, f.bytes_->data() + 8, n);
   return f;
 }
 
-void SafetensorsFile::parse(const std::string& what) {
-  if (size_ < 8) fail(what, "too short for a safetensors file (" + std::to_string(size_) + " bytes)");
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | base_[i];
-  if (n > size_ - 8)
-    fail(what, "header length " + std::to_string(n) + " exceeds the file (" + std::to_string(size_) +
-                   " bytes): truncated or not safetensors");
-  header_.assign(reinterpret_cast<const char*>(base_ + 8), size_t(n));
-  data_ = base_ + 8 + n;
+// The header (n bytes after the length) against a file of size_ bytes.
+void SafetensorsFile::parse(const std::string& what, const uint8_t* header, uint64_t n) {
+  header_.assign(reinterpret_cast<const char*>(header), size_t(n));
+  data_begin_ = 8 + n;
   const uint64_t data_size = size_ - 8 - n;
   nlohmann::json j;
   try {
@@ -214,84 +276,107 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
   return it->second;
 }
 
+const uint8_t* SafetensorsFile::data(const TensorInfo& t) const {
+  if (bytes_) return bytes_->data() + data_begin_ + t.begin;
+  OpenFile& of = *file_;
+  std::call_once(of.whole_once, [&] {
+    std::vector<uint8_t> all(static_cast<size_t>(size_ - data_begin_));
+    if (pread_full(of.fd, all.data(), all.size(), data_begin_, path_) != all.size())
+      fail(path_, "truncated while being read (the file is now shorter than when it was opened)");
+    of.whole = std::move(all);
+  });
+  return of.whole.data() + t.begin;
+}
+
+void SafetensorsFile::read_raw(const TensorInfo& t, void* dst) const {
+  const uint64_t len = t.end - t.begin;
+  if (bytes_) {
+    if (len) std::memcpy(dst, bytes_->data() + data_begin_ + t.begin, size_t(len));
+    return;
+  }
+  if (safetensors_testing::before_tensor_read) safetensors_testing::before_tensor_read(path_, t.name);
+  const uint64_t at = data_begin_ + t.begin;
+  if (pread_full(file_->fd, dst, len, at, path_) != len) {
+    struct stat now {};
+    const std::string size_now = fstat(file_->fd, &now) == 0 ? std::to_string(now.st_size) : "fewer";
+    fail(path_, "truncated while being read: tensor '" + t.name + "' needs bytes [" + std::to_string(at) + ", " +
+                    std::to_string(at + len) + "), the file now has " + size_now + " bytes (it had " +
+                    std::to_string(size_) + " when opened); another program is writing it, run again once it is " +
+                    "complete");
+  }
+}
+
+void SafetensorsFile::read_f32(const std::string& name, float* dst) const {
+  const TensorInfo& t = info(name);
+  if (!is_float_dtype(t.dtype))
+    fail(path_, "tensor '" + name + "': dtype " + dtype_name(t.dtype) +
+                    ", expected a float dtype (F32, F16, BF16 or F64)");
+  const int64_t n = numel(t.shape);
+  if (t.dtype == DType::F32) return read_raw(t, dst);  // straight into place
+  if (bytes_) return convert_f32(bytes_->data() + data_begin_ + t.begin, t.dtype, n, dst);
+  std::vector<uint8_t> raw(static_cast<size_t>(t.end - t.begin));
+  read_raw(t, raw.data());
+  convert_f32(raw.data(), t.dtype, n, dst);
+}
+
 Tensor SafetensorsFile::to_f32(const std::string& name) const {
   const TensorInfo& t = info(name);
-  const uint8_t* p = data(t);
-  const int64_t n = numel(t.shape);
-  if (t.dtype == DType::F32 && reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {
-    Tensor out;
-    out.shape = t.shape;
-    out.data = reinterpret_cast<const float*>(p);
-    out.owner = owner_;
-    return out;
-  }
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    switch (t.dtype) {
-      case DType::F32: std::memcpy(&v[i], p + 4 * i, 4); break;
-      case DType::F16: {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        v[i] = half_to_float(h);
-        break;
-      }
-      case DType::BF16: {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        v[i] = bf16_to_float(h);
-        break;
-      }
-      case DType::F64: {
-        double d;
-        std::memcpy(&d, p + 8 * i, 8);
-        v[i] = float(d);
-        break;
-      }
-      default:
-        fail(path_, "tensor '" + name + "': dtype " + dtype_name(t.dtype) +
-                        ", expected a float dtype (F32, F16, BF16 or F64)");
+  if (bytes_ && t.dtype == DType::F32) {
+    const uint8_t* p = bytes_->data() + data_begin_ + t.begin;
+    if (reinterpret_cast<uintptr_t>(p) % alignof(float) == 0) {  // zero-copy: the bytes never change
+      Tensor out;
+      out.shape = t.shape;
+      out.data = reinterpret_cast<const float*>(p);
+      out.owner = bytes_;
+      return out;
     }
   }
+  std::vector<float> v(static_cast<size_t>(numel(t.shape)));
+  read_f32(name, v.data());
   return Tensor::from_vector(t.shape, std::move(v));
 }
 
-namespace {
-// Whole pages around [begin, end): a neighbour's page dropped too is only read back again.
-// PROT_READ + MAP_PRIVATE: no page was ever copied on write, so nothing written is lost.
-void drop_pages(const uint8_t* begin, const uint8_t* end) {
-  if (end <= begin) return;
-  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
-  madvise(reinterpret_cast<void*>(lo), size_t(reinterpret_cast<uintptr_t>(end) - lo), MADV_DONTNEED);
-  // (advice: a failure only leaves the pages resident)
-}
-}  // namespace
-
-void SafetensorsFile::release(const std::string& name) const {
-  const TensorInfo& t = info(name);
-  if (mapped_) drop_pages(data_ + t.begin, data_ + t.end);
-}
-
-void SafetensorsFile::release_all() const {
-  // (the header was parsed into header_ and tensors_: its mapped bytes are not read again)
-  if (mapped_) drop_pages(data_, base_ + size_);
+void SafetensorsFile::check_unchanged() const {
+  if (!file_) return;
+  struct stat now {};
+  if (fstat(file_->fd, &now) != 0) throw sys_error(errno, ErrorKind::Input, path_, "cannot stat");
+  const struct stat& was = file_->st;
+  // A write or a truncation sets the modification and change times. The change time also moves
+  // when the file is only unlinked (renamed over by a download that writes a new file, deleted):
+  // its bytes stay those read, so then it is not compared.
+  const bool unlinked = now.st_nlink < was.st_nlink;
+  if (now.st_size != was.st_size || !same_time(now.st_mtim, was.st_mtim) ||
+      (!unlinked && !same_time(now.st_ctim, was.st_ctim)))
+    fail(path_, "changed while being read (" +
+                    (now.st_size != was.st_size ? "size " + std::to_string(was.st_size) + " -> " +
+                                                      std::to_string(now.st_size) + " bytes"
+                                                : std::string("written to")) +
+                    "): another program is writing it; run again once it is complete");
 }
 
 std::vector<int32_t> SafetensorsFile::to_i32(const std::string& name) const {
   const TensorInfo& t = info(name);
-  const uint8_t* p = data(t);
+  if (t.dtype != DType::I32 && t.dtype != DType::I64)
+    fail(path_, "tensor '" + name + "': dtype " + dtype_name(t.dtype) + ", expected I32 or I64");
   const int64_t n = numel(t.shape);
+  std::vector<uint8_t> raw;
+  const uint8_t* p = nullptr;
+  if (bytes_) {
+    p = bytes_->data() + data_begin_ + t.begin;
+  } else {
+    raw.resize(static_cast<size_t>(t.end - t.begin));
+    read_raw(t, raw.data());
+    p = raw.data();
+  }
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     if (t.dtype == DType::I32) {
       std::memcpy(&v[i], p + 4 * i, 4);
-    } else if (t.dtype == DType::I64) {
+    } else {
       int64_t x;
       std::memcpy(&x, p + 8 * i, 8);
       if (x < INT32_MIN || x > INT32_MAX) fail(path_, "tensor '" + name + "': value out of int32 range");
       v[i] = int32_t(x);
-    } else {
-      fail(path_, "tensor '" + name + "': dtype " + dtype_name(t.dtype) + ", expected I32 or I64");
     }
   }
   return v;

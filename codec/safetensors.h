@@ -1,4 +1,4 @@
-// safetensors reader (memory-mapped, strictly validated) and writer.
+// safetensors reader (read with pread(), never mapped; strictly validated) and writer.
 // Format: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets:[b,e]},
 // "__metadata__": {str: str}}, then the raw little-endian data; offsets are relative to it.
 #pragma once
@@ -27,8 +27,11 @@ struct TensorInfo {
 
 class SafetensorsFile {
  public:
-  // Maps `path` and validates the header: JSON, known dtypes, non-negative shapes, byte
-  // ranges that match numel * dtype size, lie inside the file and do not overlap.
+  // Opens `path` and validates the header: JSON, known dtypes, non-negative shapes, byte
+  // ranges that match numel * dtype size, lie inside the file and do not overlap. The file is
+  // not mapped: its header is read now and each tensor with pread() when asked for (read_f32,
+  // to_f32, to_i32), so a file truncated meanwhile is an error, never a SIGBUS, and nothing the
+  // caller keeps can change with the file (issue 26: weights overwritten during a run).
   static SafetensorsFile open(const std::string& path);
   // Same, over bytes held in memory (`what` names them in errors).
   static SafetensorsFile from_bytes(std::shared_ptr<const std::vector<uint8_t>> bytes,
@@ -39,35 +42,52 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;  // throws if missing
-  const uint8_t* data(const TensorInfo& t) const { return data_ + t.begin; }
+  // The tensor's raw bytes. For an opened file, the first call reads the whole data section into
+  // memory (tests and tools comparing small files; loaders use read_f32).
+  const uint8_t* data(const TensorInfo& t) const;
   uint64_t file_size() const { return size_; }
   const std::string& header_json() const { return header_; }
+  bool in_memory() const { return !file_; }
 
-  // A float tensor as float32: zero-copy for aligned F32, converted for F16/BF16/F64.
+  // Tensor `name` as float32 (F32 copied, F16/BF16/F64 converted) into dst[numel]. For an
+  // opened file: read with pread(); a file now shorter than the tensor's end is
+  // Error(Input, "PATH: truncated while being read ..."), a failed read sys_error(errno).
+  void read_f32(const std::string& name, float* dst) const;
+  // A float tensor as float32 in memory of its own; from bytes in memory, aligned F32 is
+  // zero-copy (the tensor shares their ownership).
   Tensor to_f32(const std::string& name) const;
   std::vector<int32_t> to_i32(const std::string& name) const;  // I32/I64 -> int32
 
-  // Lets the OS drop from this process's memory the mapped pages holding tensor `name` (every
-  // page the tensor touches): a later read pages them back in from the file (the page cache),
-  // with the same bytes. A load releases each tensor once it is checked and fingerprinted, so
-  // a run keeps resident only the weights its direction reads, not the whole file, and never
-  // the file bytes of tensors it converted or copied. No-op for files held in memory.
-  void release(const std::string& name) const;
-  void release_all() const;  // the pages of every tensor
+  // For an opened file: throws Error(Input, "PATH: changed while being read ...") unless the
+  // open file still has the size, modification and change times it had when opened. A loader
+  // calls it once every tensor is read: the bytes it holds are then those of one version of the
+  // file, not a mix of two. No-op for bytes in memory.
+  void check_unchanged() const;
+
+  // No-ops, kept for callers: nothing of a file stays mapped or resident once read.
+  void release(const std::string&) const {}
+  void release_all() const {}
 
  private:
-  void parse(const std::string& what);
+  struct OpenFile;
+  void parse(const std::string& what, const uint8_t* header, uint64_t header_len);
+  void read_raw(const TensorInfo& t, void* dst) const;  // the tensor's bytes, as stored
 
   std::string path_;
-  std::shared_ptr<const void> owner_;  // mapping or byte vector
-  bool mapped_ = false;                // owner_ is a file mapping (release() may drop pages)
-  const uint8_t* base_ = nullptr;
+  std::shared_ptr<const std::vector<uint8_t>> bytes_;  // in memory: the whole file
+  std::shared_ptr<OpenFile> file_;                     // opened: descriptor and identity
   uint64_t size_ = 0;
-  const uint8_t* data_ = nullptr;
+  uint64_t data_begin_ = 0;  // offset of the data section (8 + header length)
   std::string header_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };
+
+namespace safetensors_testing {
+// Tests only: called (when set) before the bytes of each tensor are read from an opened file,
+// with its path and the tensor's name, so a test can change the file in the middle of a load.
+extern void (*before_tensor_read)(const std::string& path, const std::string& tensor);
+}  // namespace safetensors_testing
 
 struct TensorToWrite {
   std::string name;

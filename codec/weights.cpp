@@ -1,13 +1,20 @@
 #include "codec/weights.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <new>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include "codec/error.h"
 
@@ -30,31 +37,42 @@ void require_finite(const std::string& file, const std::string& name, const floa
 
 bool is_float(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64; }
 
-// Fetches tensors by moshi name from a file of either dialect, checking dtype and shape, and
+// Reads tensors by moshi name from a file of either dialect, checking dtype and shape, and
 // remembering which file tensors were consumed.
 class Fetcher {
  public:
   Fetcher(const SafetensorsFile& f, Dialect d, const Config& cfg) : f_(f), dialect_(d), cfg_(cfg) {}
 
-  Tensor get(const TensorSpec& spec) {
-    if (spec.name.find("in_proj_weight") != std::string::npos && dialect_ == Dialect::HuggingFace)
-      return get_split_in_proj(spec);
+  // Tensor `spec` (moshi layout) as float32 into dst[numel(spec.shape)].
+  void read(const TensorSpec& spec, float* dst) {
+    if (fused(spec)) return read_split_in_proj(spec, dst);
     const std::string name = dialect_ == Dialect::HuggingFace ? hf_name(spec.name) : spec.name;
-    return checked(name, spec.shape);
+    checked(name, spec.shape);
+    f_.read_f32(name, dst);
+  }
+
+  // Tensor `spec` as a view of the file's bytes, when they are in memory (never changing),
+  // float32 and aligned; else an empty tensor (then read() it into memory of the model's own).
+  // Not checked: check() it before use.
+  Tensor view(const TensorSpec& spec) const {
+    if (!f_.in_memory() || fused(spec)) return {};
+    const std::string name = dialect_ == Dialect::HuggingFace ? hf_name(spec.name) : spec.name;
+    if (!f_.has(name) || f_.info(name).dtype != DType::F32 ||
+        reinterpret_cast<uintptr_t>(f_.data(f_.info(name))) % alignof(float) != 0)
+      return {};
+    return f_.to_f32(name);  // (zero-copy)
+  }
+  void check(const TensorSpec& spec) {
+    checked(dialect_ == Dialect::HuggingFace ? hf_name(spec.name) : spec.name, spec.shape);
   }
 
   // The file tensors `spec` was made from (HF: q, k and v for a fused in_proj).
   std::vector<std::string> file_names(const TensorSpec& spec) const {
-    if (spec.name.find("in_proj_weight") != std::string::npos && dialect_ == Dialect::HuggingFace) {
+    if (fused(spec)) {
       const QkvNames n = hf_split_names(spec.name);
       return {n.q, n.k, n.v};
     }
     return {dialect_ == Dialect::HuggingFace ? hf_name(spec.name) : spec.name};
-  }
-
-  // Lets the file's pages behind the moshi-named tensor go (SafetensorsFile::release).
-  void release(const std::string& moshi_name) const {
-    for (const std::string& n : file_names(TensorSpec{moshi_name, {}, {}, 0})) f_.release(n);
   }
 
   // Throws the error naming the file tensor and element behind a non-finite value in `spec`.
@@ -80,7 +98,11 @@ class Fetcher {
   }
 
  private:
-  Tensor checked(const std::string& name, const Shape& expected) {
+  bool fused(const TensorSpec& spec) const {
+    return dialect_ == Dialect::HuggingFace && spec.name.find("in_proj_weight") != std::string::npos;
+  }
+
+  void checked(const std::string& name, const Shape& expected) {
     if (!f_.has(name))
       bad(f_.path(), "missing tensor '" + name + "' (" + dialect_name(dialect_) + " naming, expected shape " +
                          shape_str(expected) + ")");
@@ -92,28 +114,102 @@ class Fetcher {
       bad(f_.path(), "tensor '" + name + "': got shape " + shape_str(info.shape) + ", expected " +
                          shape_str(expected) + " (does the config match the weights? pass --config)");
     used_.insert(name);
-    return f_.to_f32(name);
   }
 
-  // HF stores q/k/v separately, q and k rows permuted for rotate-half RoPE: undo it.
-  Tensor get_split_in_proj(const TensorSpec& spec) {
+  // HF stores q/k/v separately, q and k rows permuted for rotate-half RoPE: undo it, fusing them
+  // into dst ([3D, D], moshi order).
+  void read_split_in_proj(const TensorSpec& spec, float* dst) {
     const int64_t d = cfg_.d_model, hd = cfg_.head_dim();
     const QkvNames n = hf_split_names(spec.name);
-    const Tensor q = checked(n.q, {d, d}), k = checked(n.k, {d, d}), v = checked(n.v, {d, d});
-    std::vector<float> w(static_cast<size_t>(3 * d * d));
-    for (int64_t r = 0; r < d; ++r) {
-      const int64_t m = hf_row_to_moshi_row(r, hd);
-      std::memcpy(&w[m * d], q.data + r * d, size_t(d) * 4);
-      std::memcpy(&w[(d + m) * d], k.data + r * d, size_t(d) * 4);
-      std::memcpy(&w[(2 * d + r) * d], v.data + r * d, size_t(d) * 4);
-    }
-    return Tensor::from_vector({3 * d, d}, std::move(w));
+    checked(n.q, {d, d});
+    checked(n.k, {d, d});
+    checked(n.v, {d, d});
+    part_.resize(static_cast<size_t>(d * d));
+    f_.read_f32(n.q, part_.data());
+    for (int64_t r = 0; r < d; ++r)
+      std::memcpy(dst + hf_row_to_moshi_row(r, hd) * d, part_.data() + r * d, size_t(d) * 4);
+    f_.read_f32(n.k, part_.data());
+    for (int64_t r = 0; r < d; ++r)
+      std::memcpy(dst + (d + hf_row_to_moshi_row(r, hd)) * d, part_.data() + r * d, size_t(d) * 4);
+    f_.read_f32(n.v, dst + 2 * d * d);  // v rows in place
   }
 
   const SafetensorsFile& f_;
   Dialect dialect_;
   const Config& cfg_;
   std::set<std::string> used_;
+  std::vector<float> part_;  // one of q/k/v
+};
+
+// What a tensor (moshi name, spec kind) is for: which direction computes with it, or only the
+// load (cluster_usage divides the codebooks once).
+enum class Use { Encoder, Decoder, Both, LoadOnly };
+Use use_of(const TensorSpec& spec) {
+  const std::string& n = spec.name;
+  auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+  if (spec.kind == "cluster_usage") return Use::LoadOnly;
+  if (starts("encoder.") || starts("encoder_transformer.") || starts("downsample.") ||
+      n.find(".input_proj.") != std::string::npos)
+    return Use::Encoder;
+  if (starts("decoder.") || starts("decoder_transformer.") || starts("upsample.") ||
+      n.find(".output_proj.") != std::string::npos)
+    return Use::Decoder;
+  return Use::Both;  // the codebooks (and anything a later config adds: kept, to be safe)
+}
+
+// One allocation for the weights the model keeps (the process's own memory: a file changed
+// after the load cannot reach it), filled by the reads. Small pages: huge pages made the load
+// 5x slower on the reference VM (fresh 2 MB blocks are backed by the host on first touch).
+std::shared_ptr<float> weight_arena(size_t floats) {
+  constexpr size_t kAlign = 4096;
+  const size_t bytes = (floats * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+  if (bytes == 0) return nullptr;
+  void* p = std::aligned_alloc(kAlign, bytes);
+  if (!p) throw std::bad_alloc();
+  return std::shared_ptr<float>(static_cast<float*>(p), [](float* q) { std::free(q); });
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+// The arena's first touch costs more than reading the file into it (page faults, zeroing: the
+// mapped file of before needed neither, its pages were the page cache's). So a second thread
+// faults the arena in from its end (MADV_POPULATE_WRITE: the pages' contents are not written)
+// while the reads fill it from its start, until the two meet. Without the advice (older
+// kernels) or a thread, the reads fault the pages in themselves.
+class Prefault {
+ public:
+  Prefault(float* base, size_t floats) : base_(reinterpret_cast<char*>(base)), end_(floats * sizeof(float)) {
+    if (end_ < (size_t(32) << 20)) return;  // (small models: not worth a thread)
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (const std::system_error&) {  // (no thread: the reads fault every page)
+    }
+  }
+  ~Prefault() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+  }
+  void reached(const float* p) {  // the reads have filled the arena up to p
+    read_.store(size_t(reinterpret_cast<const char*>(p) - base_), std::memory_order_relaxed);
+  }
+
+ private:
+  void run() {
+    constexpr size_t kChunk = size_t(2) << 20;
+    size_t end = end_ / kChunk * kChunk;
+    while (end >= kChunk && !stop_.load(std::memory_order_relaxed) &&
+           end - kChunk > read_.load(std::memory_order_relaxed) + kChunk) {
+      if (madvise(base_ + end - kChunk, kChunk, MADV_POPULATE_WRITE) != 0) return;
+      end -= kChunk;
+    }
+  }
+  char* base_;
+  size_t end_;
+  std::atomic<size_t> read_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 // Whether any of n float32 values (as bits) is NaN or Inf: |x| >= 0x7f800000. Compiled for
@@ -225,9 +321,8 @@ Config resolve_config(const std::string& weights_path, const LoadOptions& opts, 
   if (fs::is_regular_file(beside, ec)) {
     // An unrelated (non-Mimi) config.json beside a checkpoint is ignored; one that cannot be
     // read or is not JSON is an error: it may well be the Mimi config, damaged.
-    std::ifstream in(beside);
-    if (!in) bad(beside.string(), "cannot read the config beside the weights");
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const std::string text = Config::read_file(beside.string());
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded())
       bad(beside.string(), "the config beside the weights is not valid JSON (fix or remove it, or pass --config)");
     if (Config::looks_like_mimi(j)) {
@@ -245,34 +340,85 @@ std::shared_ptr<const Model> load_model(const std::string& weights_path, const L
     try {
       return SafetensorsFile::open(weights_path);
     } catch (const Error& e) {  // a broken weights file is a weights error, not an input error
-      throw Error(ErrorKind::Weights, e.what());
+      if (e.kind() == ErrorKind::Input) throw Error(ErrorKind::Weights, e.what());
+      throw;  // (EMFILE, EIO...: the environment's, exit 75)
     }
   }();
-  return load_model(file, cfg);
+  return load_model(file, cfg, opts.parts);
 }
 
-std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Config& cfg) {
+namespace {
+
+std::shared_ptr<const Model> load_checked(const SafetensorsFile& file, const Config& cfg, Parts parts) {
+  if (!parts.encoder && !parts.decoder) parts = Parts{};  // (nothing asked: everything)
   auto m = std::make_shared<Model>();
   m->cfg = cfg;
   m->source = file.path();
   m->dialect = detect_dialect(file);
+  m->has_encoder = parts.encoder;
+  m->has_decoder = parts.decoder;
   Fetcher fetch(file, m->dialect, cfg);
+  const std::vector<TensorSpec> specs = mimi_tensor_specs(cfg);
 
-  // Fetch every tensor of the spec, in order, and fingerprint the canonical values.
+  // Where each kept tensor goes: a view of bytes in memory, or its place in the arena (64-byte
+  // aligned). The codebook sums are divided in place, so they always get a place of their own.
+  std::vector<Tensor> views(specs.size());
+  std::vector<int64_t> place(specs.size(), -1);
+  size_t arena_floats = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Use use = use_of(specs[i]);
+    const bool keep =
+        use == Use::Both || (use == Use::Encoder && parts.encoder) || (use == Use::Decoder && parts.decoder);
+    if (!keep) continue;
+    if (specs[i].kind != "embedding_sum") views[i] = fetch.view(specs[i]);
+    if (!views[i].empty()) continue;
+    place[i] = int64_t(arena_floats);
+    arena_floats += (size_t(numel(specs[i].shape)) + 15) / 16 * 16;
+  }
+  const std::shared_ptr<float> arena = weight_arena(arena_floats);
+  Prefault prefault(arena.get(), arena_floats);
+
+  // Read every tensor of the spec, in order, and fingerprint the canonical values: the very
+  // bytes the model keeps (those not kept pass through a scratch buffer, hashed all the same).
   std::map<std::string, Tensor> t;
+  std::vector<float> scratch;
   Hasher hasher;
-  for (const TensorSpec& spec : mimi_tensor_specs(cfg)) {
-    Tensor x = fetch.get(spec);
-    hasher.bytes(spec.name.data(), spec.name.size());
-    hasher.bytes(x.data, size_t(x.size()) * 4);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    const size_t n = size_t(numel(spec.shape));
+    Tensor x = views[i];
+    if (x.empty()) {
+      float* dst = nullptr;
+      if (place[i] >= 0) {
+        dst = arena.get() + place[i];
+      } else {
+        if (scratch.size() < n) scratch.resize(n);
+        dst = scratch.data();
+      }
+      fetch.read(spec, dst);
+      if (place[i] >= 0) {
+        prefault.reached(dst + n);
+        x.shape = spec.shape;
+        x.data = dst;
+        x.owner = arena;
+      } else if (use_of(spec) == Use::LoadOnly) {
+        x = Tensor::from_vector(spec.shape, std::vector<float>(dst, dst + n));
+      } else {
+        x.shape = spec.shape;  // not kept: the shape alone (the plans size themselves by it)
+      }
+      hasher.bytes(spec.name.data(), spec.name.size());
+      hasher.bytes(dst, n * 4);
+    } else {
+      fetch.check(spec);  // (dtype and shape, in spec order like the reads)
+      hasher.bytes(spec.name.data(), spec.name.size());
+      hasher.bytes(x.data, n * 4);
+    }
     if (hasher.nonfinite) fetch.fail_nonfinite(spec);  // NaN/Inf in a weight: refused, naming it
-    // Hashing read every page of the file: let them go as we pass, so the load never holds
-    // the whole file and a run pages back in only what its direction uses (a zero-copy tensor
-    // keeps pointing into the mapping; its pages come back on first use).
-    fetch.release(spec.name);
     t.emplace(spec.name, std::move(x));
   }
   fetch.require_all_used();
+  // The bytes read are those of one version of the file, not of one being rewritten meanwhile.
+  file.check_unchanged();
   m->fingerprint = hasher.hex();
 
   auto take = [&](const std::string& n) { return t.at(n); };
@@ -334,12 +480,15 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
     for (int i = 0; i < n; ++i) {
       const std::string p = prefix + ".vq.layers." + std::to_string(i) + "._codebook.";
       const Tensor sum = take(p + "embedding_sum"), usage = take(p + "cluster_usage");
-      std::vector<float> e(static_cast<size_t>(bins * Q)), sq(static_cast<size_t>(bins));
+      // embedding = sum / usage, in place: the sums' place in the arena is the model's own
+      // (fingerprinted above as read; the division is part of the load, as before)
+      float* e = const_cast<float*>(sum.data);
+      std::vector<float> sq(static_cast<size_t>(bins));
       for (int64_t b = 0; b < bins; ++b) {
         const float u = std::max(usage.data[b], 1e-5f);
         float acc = 0.0f;
         for (int64_t q = 0; q < Q; ++q) {
-          e[b * Q + q] = sum.data[b * Q + q] / u;
+          e[b * Q + q] = e[b * Q + q] / u;
           acc += e[b * Q + q] * e[b * Q + q];
         }
         // finite inputs, but embedding_sum / cluster_usage can overflow (then so does the norm)
@@ -348,9 +497,9 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
                                std::to_string(b) + ": the weights are corrupt");
         sq[b] = acc;
       }
-      fetch.release(p + "embedding_sum");  // read back in for the division above: go again
-      fetch.release(p + "cluster_usage");
-      g.books.push_back({Tensor::from_vector({bins, Q}, std::move(e)), Tensor::from_vector({bins}, std::move(sq))});
+      Tensor sq_norm = Tensor::from_vector({bins}, std::move(sq));
+      if (!m->has_encoder) sq_norm = Tensor{{bins}, nullptr, nullptr};  // (only the encoder's search reads it)
+      g.books.push_back({reshape(sum, {bins, Q}), std::move(sq_norm)});
     }
     return g;
   };
@@ -360,10 +509,18 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
   const int64_t s = cfg.downsample_stride();
   m->downsample = make_conv(take("downsample.conv.conv.conv.weight"), Tensor{}, s, 1, PadMode::Replicate);
   m->upsample = make_convtr(take("upsample.convtr.convtr.convtr.weight"), Tensor{}, s, D);
-  // Reads since the hash pass (the codebooks) paged back neighbours too (the kernel maps pages
-  // around a fault): none needs to stay.
-  file.release_all();
   return m;
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Config& cfg, Parts parts) {
+  try {
+    return load_checked(file, cfg, parts);
+  } catch (const Error& e) {  // the file's own errors (truncated, changed while read) are the weights'
+    if (e.kind() == ErrorKind::Input) throw Error(ErrorKind::Weights, e.what());
+    throw;
+  }
 }
 
 }  // namespace mimi

@@ -13,15 +13,32 @@
 
 namespace mimi {
 
+// The directions a caller will run. A direction left out is still read, checked and fingerprinted
+// (the fingerprint is the file's either way), but its tensors are not kept: they stay empty
+// (data == nullptr; Model::has_encoder / has_decoder say so), so that an encode does not hold the
+// decoder's weights in memory. The codebooks are kept for either. Running a direction left out is
+// a bug of the caller (its plans would read null weights).
+struct Parts {
+  bool encoder = true, decoder = true;
+};
+
 struct LoadOptions {
   // Config file (HF MimiConfig or moshi style). Without it: a Mimi config.json beside the
   // weights file, else the official defaults.
   std::optional<std::string> config_path;
+  Parts parts;
 };
 
 std::shared_ptr<const Model> load_model(const std::string& weights_path, const LoadOptions& opts = {});
 // Same, from an already opened file and a resolved config.
-std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Config& cfg);
+//
+// The model's tensors live in memory the process owns: every tensor is read (pread, never a
+// mapping) into one allocation, checked, and fingerprinted from those very bytes, so a run
+// computes with exactly the weights its fingerprint names, whatever happens to the file later
+// (overwritten in place, truncated: issue 26). Nothing of the file is kept open. A file that
+// changes while it is read is Error(Weights) naming it. Tensors of a file held in memory
+// (SafetensorsFile::from_bytes) may stay views of those bytes: they never change.
+std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Config& cfg, Parts parts = {});
 
 Dialect detect_dialect(const SafetensorsFile& file);
 // The config load_model would use for this path and options (and where it came from).

@@ -201,7 +201,9 @@ int encode_shard(const EncodeShardOptions& o) {
     spdlog::info("{}: already done ({} items, {} errors); nothing to do", name, done.value("items", 0), done.value("errors", 0));
     return 0;
   }
-  LoadedEngine le = make_engine(o.engine);
+  EngineSpec spec = o.engine;
+  spec.parts = {.encoder = true, .decoder = false};
+  LoadedEngine le = make_engine(spec);
   Engine& eng = *le.engine;
   if (o.n_q < 1 || o.n_q > eng.config().n_q)
     throw Error(ErrorKind::Usage, "--n-q must be 1.." + std::to_string(eng.config().n_q));
