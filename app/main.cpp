@@ -233,6 +233,9 @@ int main(int argc, char** argv) {
   dp->add_option("--shard-hours", ds_plan.shard_hours, "Hours of audio per shard (sets the number of shards)")
       ->check(CLI::PositiveNumber);
   dp->add_option("--probe-threads", ds_plan.probe_threads, "Files whose headers are read at once [default: 4 per CPU]");
+  dp->add_flag("--skip-bad", ds_plan.skip_bad,
+               "Leave bad manifest entries out of the plan (each still printed; listed in PLAN/skipped.txt) "
+               "instead of refusing it");
   dp->add_flag("-f,--force", ds_plan.force, "Replace an existing plan (shards already encoded from it become invalid)");
   dp->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
   dp->add_flag("-v,--verbose", common.verbose, "More detail on stderr");

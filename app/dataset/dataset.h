@@ -22,6 +22,13 @@ struct EncodeShardOptions {
   int readers = 2;            // with batch > 1: threads reading the items ahead of the slots (app/read_ahead.h)
   bool quiet = false;
 };
+// Every setting that needs no model, checked before one is loaded (app/dataset/options.cpp):
+// Error(Usage) for a bad --max-errors, --sync-items, --sync-seconds, --batch, --readers, --n-q.
+void check_encode_options(const EncodeShardOptions& o);
+// --max-errors: -1 for none, else the most errors a shard of `items` items may have ("10" or
+// "2%"); Error(Usage) for anything else. The one parser of the option.
+double max_errors_limit(const std::string& text, size_t items);
+
 // Returns the exit code (0: the shard is done). Throws Error for a failed shard (too many errors:
 // Input), a device or write failure (Device / Output), bad settings (Usage / Weights).
 int encode_shard(const EncodeShardOptions& o);

@@ -38,20 +38,7 @@ constexpr size_t kPrefetchSamples = size_t(1) << 21;  // ~87 s of 24 kHz audio w
 struct ErrorBudget {
   double limit = -1;  // -1: none
   std::string text;
-  ErrorBudget(const std::string& s, size_t items) : text(s) {
-    if (s.empty()) return;
-    const bool pct = s.back() == '%';
-    const std::string num = pct ? s.substr(0, s.size() - 1) : s;
-    size_t used = 0;
-    double v = -1;
-    try {
-      v = std::stod(num, &used);
-    } catch (...) {
-    }
-    if (used != num.size() || !(v >= 0) || (!pct && v != std::floor(v)))
-      throw Error(ErrorKind::Usage, "--max-errors must be a count or a percentage (10, 2%), got '" + s + "'");
-    limit = pct ? v / 100.0 * double(items) : v;
-  }
+  ErrorBudget(const std::string& s, size_t items) : limit(max_errors_limit(s, items)), text(s) {}
   bool exceeded(size_t errors) const { return limit >= 0 && double(errors) > limit; }
 };
 
@@ -86,8 +73,8 @@ void check_same(const json& have, const json& want, const std::string& path) {
   for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "sample_rate", "frame_rate", "codebook_size"}) {
     if (have.value(k, json()) == want.at(k)) continue;
     const ErrorKind kind = std::string(k) == "weights_fingerprint" ? ErrorKind::Weights : ErrorKind::Usage;
-    throw Error(kind, path + " was made with " + k + " " + have.value(k, json()).dump() + "; this run has " +
-                          want.at(k).dump() + " (use another output directory)");
+    throw Error(kind, path + " was made with " + k + " " + json_dump(have.value(k, json())) + "; this run has " +
+                          json_dump(want.at(k)) + " (use another output directory)");
   }
   if (have.value("tool_version", "") != want.at("tool_version"))
     spdlog::warn("{} was made by mimi {}; this is {}", path, have.value("tool_version", "?"), MIMI_VERSION);
@@ -172,7 +159,7 @@ json read_dataset_json(const std::string& out) {
 }
 
 int encode_shard(const EncodeShardOptions& o) {
-  if (o.plan.empty() || o.out.empty() || o.shard.empty()) throw Error(ErrorKind::Usage, "--plan, --shard and -o are required");
+  check_encode_options(o);
   const Plan plan = read_plan(o.plan);
   const int shard = resolve_shard(o.shard, plan.shards, process_env());
   const ShardPaths paths(o.out, shard);
@@ -181,8 +168,6 @@ int encode_shard(const EncodeShardOptions& o) {
   // written: a typo costs a second, not a model load, and leaves nothing behind.
   const std::vector<Item> items = read_shard_items(plan, shard);
   const ErrorBudget budget(o.max_errors, items.size());
-  if (!(o.sync_seconds >= 0) || !std::isfinite(o.sync_seconds))
-    throw Error(ErrorKind::Usage, "--sync-seconds must be a number of seconds >= 0");
   (void)Device::parse(o.engine.device);  // a bad device name is a usage error now, not after the load
   {
     std::error_code ec;
@@ -249,7 +234,7 @@ int encode_shard(const EncodeShardOptions& o) {
       w.sync();
       const json f = {{"shard", shard}, {"errors", w.errors()}, {"items", items.size()}, {"max_errors", budget.text},
                       {"at_item", w.next_index()}};
-      const std::string text = f.dump() + "\n";
+      const std::string text = json_dump(f) + "\n";
       write_output(paths.failed, std::vector<uint8_t>(text.begin(), text.end()), true);
       throw Error(ErrorKind::Input, name + ": failed: " + std::to_string(w.errors()) + " errors exceed --max-errors " +
                                         budget.text + " (see " + paths.failed + "; rerun with a larger limit to go on)");
@@ -281,6 +266,12 @@ int encode_shard(const EncodeShardOptions& o) {
           add_reused_before(i);
           const Item& it = items[i];
           if (!r.warning.empty()) spdlog::warn("{}: {}", it.path, r.warning);
+        // the one rule of how much audio an item must hold (verify applies the same): an item
+        // that ends well before its planned duration is an error, not a short record
+        if (r.error.empty()) {
+          if (std::string why = check_encoded_length(it, r.audio.samples, rate); !why.empty())
+            r.error_stage = "read", r.error = why;
+        }
           if (!r.error.empty()) {
             spdlog::warn("{}: item {} ({}): {}", name, i, it.key, r.error);
             w.add_error(i, it.key, it.path, r.error_stage, r.error);

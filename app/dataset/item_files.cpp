@@ -1,8 +1,10 @@
 #include "app/dataset/item_files.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "app/dataset/tar.h"
+#include "app/json_bytes.h"
 #include "app/token_file.h"
 #include "codec/error.h"
 
@@ -10,24 +12,38 @@ namespace mimi::app::dataset {
 using nlohmann::json;
 
 json item_record(const Item& it, const ItemAudio& a, const Codes& c, int model_rate) {
-  return {{"id", it.id},
-          {"key", it.key},
-          {"path", it.path},
-          {"start", it.start},
-          {"duration", double(a.samples) / model_rate},
-          {"samples", a.samples},
-          {"sample_rate", model_rate},
-          {"frames", c.frames},
-          {"n_q", c.n_q},
-          {"source_rate", a.source_rate},
-          {"source_channels", a.source_channels},
-          {"channel", channel_name(it.channel)}};
+  json j;
+  put_path(j, "id", it.id);
+  j["key"] = it.key;
+  put_path(j, "path", it.path);
+  j["start"] = it.start;
+  j["duration"] = double(a.samples) / model_rate;
+  j["samples"] = a.samples;
+  j["sample_rate"] = model_rate;
+  j["frames"] = c.frames;
+  j["n_q"] = c.n_q;
+  j["source_rate"] = a.source_rate;
+  j["source_channels"] = a.source_channels;
+  j["channel"] = channel_name(it.channel);
+  return j;
+}
+
+std::string check_encoded_length(const Item& it, int64_t samples, int model_rate) {
+  if (!it.probe_error.empty() || !(it.duration > 0)) return "";  // nothing known to hold it to
+  const double got = double(samples) / model_rate;
+  const double missing = it.duration - got;
+  if (missing <= 0.05 + 1e-3 * it.duration) return "";
+  char b[256];
+  std::snprintf(b, sizeof b, ": %.3f s of audio, %.3f s planned: %s", got, it.duration,
+                it.end >= 0 ? "the segment goes past the end of the audio"
+                            : "the file holds less audio than planned (truncated, or changed since it was planned)");
+  return it.path + b;
 }
 
 std::vector<uint8_t> item_members(const Item& it, const ItemAudio& a, const Codes& c, int model_rate) {
   std::vector<uint8_t> out;
   const std::vector<uint8_t> npy = npy_bytes(c, 2);
-  const std::string meta = item_record(it, a, c, model_rate).dump() + "\n";
+  const std::string meta = json_dump(item_record(it, a, c, model_rate)) + "\n";
   append_member(out, it.key + ".npy", npy.data(), npy.size());
   append_member(out, it.key + ".json", reinterpret_cast<const uint8_t*>(meta.data()), meta.size());
   return out;

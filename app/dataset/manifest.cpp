@@ -1,21 +1,27 @@
 #include "app/dataset/manifest.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "app/audio_io.h"
-#include "codec/sha256.h"
+#include "app/dataset/entries.h"
 #include "app/dataset/tar.h"
 #include "app/file_io.h"
+#include "app/json_bytes.h"
 #include "codec/error.h"
+#include "codec/sha256.h"
 
 namespace mimi::app::dataset {
 namespace fs = std::filesystem;
@@ -23,23 +29,10 @@ using nlohmann::json;
 
 namespace {
 
-const std::set<std::string> kAudioExtensions = {".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aif",
-                                                ".aiff", ".au", ".caf", ".w64", ".rf64", ".wave"};
-
-// A manifest's text, through the project's one input reader (absolute paths: "-" is a file here).
+// A manifest's bytes, through the project's one input reader ("-": stdin), decoded to UTF-8 text.
 std::string read_text(const std::string& path) {
   const std::vector<uint8_t> b = read_input(path);
   return {b.begin(), b.end()};
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream s(text);
-  for (std::string l; std::getline(s, l);) {
-    if (!l.empty() && l.back() == '\r') l.pop_back();
-    lines.push_back(l);
-  }
-  return lines;
 }
 
 std::string trim(const std::string& s) {
@@ -47,10 +40,12 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-bool skip_line(const std::string& t) { return t.empty() || t[0] == '#'; }
-
-// An audio path of a manifest line, absolute; one that names a folder ("/", "a/", "..") is refused.
+// An audio path of a manifest line, absolute; one that names a folder ("/", "a/", "..") or holds a
+// NUL byte (a JSON "\u0000" would silently name another file) is refused.
 std::string absolute(const fs::path& base, const std::string& p, const std::string& where) {
+  // (a message cannot hold the NUL itself: what() is a C string)
+  if (const size_t nul = p.find('\0'); nul != std::string::npos)
+    throw Error(ErrorKind::Input, where + ": the path holds a NUL byte (after '" + p.substr(0, nul) + "')");
   const fs::path q(p);
   const fs::path a = (q.is_absolute() ? q : base / q).lexically_normal();
   const std::string name = a.filename().string();
@@ -94,13 +89,28 @@ double parse_seconds(const std::string& s, const std::string& where) {
   throw Error(ErrorKind::Input, where + ": '" + s + "' is not a time in seconds");
 }
 
-void read_jsonl(const std::string& path, const std::string& text, std::vector<Item>& out) {
-  const fs::path base = fs::path(path).parent_path();
+// Runs `f` for each line that is not blank or a comment; an Error(Input) of a line goes to
+// `problems` and the next line is read: one run reports every bad line.
+template <class F>
+void each_line(const std::string& path, const std::string& text, Problems& problems, bool exact, F f) {
   const std::vector<std::string> lines = lines_of(text);
   for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string t = trim(lines[i]);
-    if (skip_line(t)) continue;
+    const std::string t = exact ? lines[i] : trim(lines[i]);
+    if (trim(t).empty() || t[0] == '#') continue;
     const std::string where = path + ":" + std::to_string(i + 1);
+    try {
+      f(t, where, i + 1);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Input) throw;
+      problems.add(e.what());
+    }
+  }
+}
+
+void read_jsonl(const std::string& path, const std::string& base_dir, const std::string& text, int source,
+                Problems& problems, std::vector<Item>& out) {
+  const fs::path base(base_dir);
+  each_line(path, text, problems, false, [&](const std::string& t, const std::string& where, size_t line) {
     json j;
     try {
       j = json::parse(t);
@@ -108,11 +118,21 @@ void read_jsonl(const std::string& path, const std::string& text, std::vector<It
       throw Error(ErrorKind::Input, where + ": not a JSON object: " + e.what());
     }
     if (!j.is_object()) throw Error(ErrorKind::Input, where + ": not a JSON object");
-    const json* p = j.contains("path") ? &j["path"] : j.contains("audio_filepath") ? &j["audio_filepath"] : nullptr;
-    if (!p || !p->is_string() || p->get<std::string>().empty())
-      throw Error(ErrorKind::Input, where + ": no 'path' (or 'audio_filepath')");
+    // "path" (or NeMo's "audio_filepath"); a name that is not UTF-8 as "path_hex" (json_bytes.h)
+    const char* field = j.contains("path") || j.contains("path_hex") ? "path"
+                        : j.contains("audio_filepath") || j.contains("audio_filepath_hex") ? "audio_filepath"
+                                                                                             : nullptr;
+    std::string p;
+    try {
+      if (field) p = get_path(j, field);
+    } catch (const std::exception&) {
+      field = nullptr;
+    }
+    if (!field || p.empty())
+      throw Error(ErrorKind::Input, where + ": no 'path' (or 'audio_filepath') string, or a bad '_hex' form of it");
     Item it;
-    it.path = absolute(base, p->get<std::string>(), where);
+    it.source = source, it.line = line;
+    it.path = absolute(base, p, where);
     const char* start_key = j.contains("start") ? "start" : j.contains("offset") ? "offset" : nullptr;  // NeMo: offset
     if (start_key) it.start = number(j[start_key], start_key, where);
     if (j.contains("end")) it.end = number(j["end"], "end", where);
@@ -137,95 +157,106 @@ void read_jsonl(const std::string& path, const std::string& text, std::vector<It
       if (v.is_string() && !v.get<std::string>().empty()) it.id = v.get<std::string>();
       else if (v.is_number_integer()) it.id = std::to_string(v.get<int64_t>());
       else throw Error(ErrorKind::Input, where + ": 'id' must be a non-empty string or an integer");
+      if (it.id.find('\0') != std::string::npos) throw Error(ErrorKind::Input, where + ": the 'id' holds a NUL byte");
     } else {
       it.id = id_from_path(base, it.path);
       if (start_key || it.end >= 0) it.id += segment_suffix(it.start, it.end);
       if (it.channel >= 0) it.id += "_ch" + std::to_string(it.channel);
     }
     out.push_back(std::move(it));
-  }
+  });
 }
 
+struct Recording {
+  std::string path;
+  size_t line = 0;
+};
+
 // wav.scp lines: "<recording-id> <path>"; Kaldi's piped commands ("sox ... |") are refused.
-std::map<std::string, std::string> read_wav_scp(const std::string& path, const std::string& text,
-                                                std::vector<std::string>* order) {
-  const fs::path base = fs::path(path).parent_path();
-  std::map<std::string, std::string> recs;
-  const std::vector<std::string> lines = lines_of(text);
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string t = trim(lines[i]);
-    if (skip_line(t)) continue;
-    const std::string where = path + ":" + std::to_string(i + 1);
+std::map<std::string, Recording> read_wav_scp(const std::string& path, const std::string& base_dir,
+                                              const std::string& text, Problems& problems,
+                                              std::vector<std::string>* order) {
+  const fs::path base(base_dir);
+  std::map<std::string, Recording> recs;
+  each_line(path, text, problems, false, [&](const std::string& t, const std::string& where, size_t line) {
     const size_t sp = t.find_first_of(" \t");
     if (sp == std::string::npos) throw Error(ErrorKind::Input, where + ": expected '<id> <path>'");
     const std::string id = t.substr(0, sp), file = trim(t.substr(sp));
     if (file.back() == '|' || file.find(' ') != std::string::npos)
       throw Error(ErrorKind::Input, where + ": piped or multi-word entries are not supported (give the audio file)");
-    if (!recs.emplace(id, absolute(base, file, where)).second)
-      throw Error(ErrorKind::Usage, where + ": duplicate recording id '" + id + "'");
+    if (!recs.emplace(id, Recording{absolute(base, file, where), line}).second)
+      throw Error(ErrorKind::Input, where + ": duplicate recording id '" + id + "'");
     if (order) order->push_back(id);
-  }
+  });
   return recs;
 }
 
-void read_segments(const std::string& path, const std::string& text, const std::map<std::string, std::string>& recs,
-                   std::vector<Item>& out) {
-  const std::vector<std::string> lines = lines_of(text);
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string t = trim(lines[i]);
-    if (skip_line(t)) continue;
-    const std::string where = path + ":" + std::to_string(i + 1);
+void read_segments(const std::string& path, const std::string& text, const std::map<std::string, Recording>& recs,
+                   int source, Problems& problems, std::vector<Item>& out) {
+  each_line(path, text, problems, false, [&](const std::string& t, const std::string& where, size_t line) {
     std::istringstream s(t);
     std::string utt, rec, b, e, extra;
     if (!(s >> utt >> rec >> b >> e) || (s >> extra))
       throw Error(ErrorKind::Input, where + ": expected '<utterance-id> <recording-id> <start> <end>'");
     const auto r = recs.find(rec);
-    if (r == recs.end()) throw Error(ErrorKind::Input, where + ": recording '" + rec + "' is not in the wav.scp");
+    if (r == recs.end())
+      throw Error(ErrorKind::Input, where + ": recording '" + rec + "' is not in the wav.scp");
     Item it;
+    it.source = source, it.line = line;
     it.id = utt;
-    it.path = r->second;
+    it.path = r->second.path;
     it.start = parse_seconds(b, where);
     it.end = e == "-1" ? -1 : parse_seconds(e, where);  // Kaldi: -1 = to the end of the recording
     if (it.end >= 0 && it.end <= it.start) throw Error(ErrorKind::Input, where + ": the segment ends before it starts");
     if (it.end >= 0) it.duration = it.end - it.start;
     out.push_back(std::move(it));
-  }
+  });
 }
 
-void read_list(const std::string& path, const std::string& text, std::vector<Item>& out) {
-  const fs::path base = fs::path(path).parent_path();
-  const std::vector<std::string> lines = lines_of(text);
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string t = trim(lines[i]);
-    if (skip_line(t)) continue;
+// One path per line, exactly as written (only the line end is dropped: a name may begin or end
+// with blanks); blank lines and lines starting with '#' are skipped.
+void read_list(const std::string& path, const std::string& base_dir, const std::string& text, int source,
+               Problems& problems, std::vector<Item>& out) {
+  const fs::path base(base_dir);
+  each_line(path, text, problems, true, [&](const std::string& t, const std::string& where, size_t line) {
     Item it;
-    it.path = absolute(base, t, path + ":" + std::to_string(i + 1));
+    it.source = source, it.line = line;
+    it.path = absolute(base, t, where);
     it.id = id_from_path(base, it.path);
     out.push_back(std::move(it));
-  }
+  });
 }
 
-std::string read_directory(const std::string& dir, std::vector<Item>& out) {
-  std::vector<std::string> files;
-  std::error_code ec;
-  for (fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
-       !ec && it != end; it.increment(ec)) {
-    std::string ext = it->path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-    if (kAudioExtensions.count(ext) && it->is_regular_file()) files.push_back(it->path().string());
-  }
-  if (ec) throw Error(ErrorKind::Input, dir + ": cannot list: " + ec.message());
-  std::sort(files.begin(), files.end());
+// A directory's audio files (entries.h, walk_directory); returns the listing its digest is of.
+std::string read_directory(const std::string& dir, int source, Problems& problems, std::vector<Item>& out) {
+  const WalkResult w = walk_directory(dir);
+  for (const std::string& r : w.refused) problems.add(r);
+  for (size_t i = 0; i < w.notes.size(); ++i)
+    if (i < Problems::kPrinted) spdlog::warn("{}", w.notes[i]);
+  if (w.notes.size() > Problems::kPrinted)
+    spdlog::warn("... and {} more links not followed", w.notes.size() - Problems::kPrinted);
+  if (w.repeated_dirs || w.repeated_files)
+    spdlog::info("{}: {} links to folders already walked (loops, second names) and {} second names of files "
+                 "already listed were not taken again",
+                 dir, w.repeated_dirs, w.repeated_files);
   const fs::path base = fs::absolute(dir).lexically_normal();
   std::string listing;
-  for (const std::string& f : files) {
+  for (const std::string& f : w.files) {
     Item it;
-    it.path = fs::absolute(f).lexically_normal().string();
+    it.source = source;
+    it.path = fs::path(f).lexically_normal().string();
     it.id = id_from_path(base, it.path);
-    listing += it.path.substr(base.string().size()) + "\n";
+    listing += fs::path(it.path).lexically_relative(base).string();
+    listing += '\0';  // names may hold newlines: NUL separates them
     out.push_back(std::move(it));
   }
   return listing;
+}
+
+std::string seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f s", s);
+  return b;
 }
 
 bool looks_like_jsonl(const std::string& path, const std::string& text) {
@@ -240,89 +271,129 @@ bool is_wav_scp(const std::string& path) {
   return name == "wav.scp" || fs::path(path).extension() == ".scp";
 }
 
-void check_unique(const std::vector<Item>& items) {
-  std::map<std::string, int> ids, keys;
-  for (const Item& it : items) ++ids[it.id], ++keys[it.key];
-  auto report = [](const std::map<std::string, int>& counts, const char* what) {
-    std::vector<std::string> dups;
-    for (const auto& [k, n] : counts)
-      if (n > 1) dups.push_back(k);
-    if (dups.empty()) return;
-    std::string msg = std::to_string(dups.size()) + " duplicate " + what + ":";
-    for (size_t i = 0; i < dups.size() && i < 10; ++i) msg += " '" + dups[i] + "'";
-    if (dups.size() > 10) msg += " ...";
-    throw Error(ErrorKind::Usage, msg);
+void check_unique(const std::vector<Item>& items, const std::vector<Manifest>& manifests, Problems& problems) {
+  std::map<std::string, std::vector<const Item*>> ids, keys;
+  for (const Item& it : items) ids[it.id].push_back(&it), keys[it.key].push_back(&it);
+  auto report = [&](const std::map<std::string, std::vector<const Item*>>& by, const char* what) {
+    for (const auto& [k, list] : by) {
+      if (list.size() < 2) continue;
+      if (what[0] == 'k' && std::all_of(list.begin(), list.end(), [&](const Item* i) { return i->id == list[0]->id; }))
+        continue;  // the same id twice: reported as such
+      std::string msg = std::string("duplicate ") + what + " '" + k + "':";
+      for (size_t i = 0; i < list.size() && i < 4; ++i) {
+        msg += ' ';
+        msg += list[i]->line ? origin_of(*list[i], manifests) : list[i]->path;
+      }
+      if (list.size() > 4) msg.append(" (").append(std::to_string(list.size())).append(" in all)");
+      problems.add(msg, false);
+    }
   };
-  report(ids, "ids");
-  report(keys, "keys (ids that differ only in characters outside [A-Za-z0-9_-/+=,@])");
+  report(ids, "id");
+  report(keys, "key");
 }
 
 }  // namespace
 
+void Problems::add(const std::string& msg, bool skippable) {
+  list_.push_back(msg);
+  fatal_ += !skippable;
+}
+
+void Problems::warn_all() const {
+  for (size_t i = 0; i < list_.size() && i < kPrinted; ++i) spdlog::warn("{}", list_[i]);
+  if (list_.size() > kPrinted) spdlog::warn("... and {} more bad entries", list_.size() - kPrinted);
+}
+
+void Problems::fail(bool print) const {
+  if (print) warn_all();
+  std::string msg = std::to_string(list_.size()) + " bad manifest entr" + (list_.size() == 1 ? "y" : "ies");
+  msg += print ? " (each listed above); the first: " + list_.front() : ": ";
+  for (size_t i = 0; !print && i < list_.size() && i < 10; ++i) msg.append(i ? "; " : "").append(list_[i]);
+  if (!print && list_.size() > 10) msg += "; ...";
+  throw Error(ErrorKind::Input, msg);
+}
+
+std::string origin_of(const Item& it, const std::vector<Manifest>& manifests) {
+  if (it.source < 0 || size_t(it.source) >= manifests.size()) return it.path;
+  const std::string m = manifests[size_t(it.source)].path;
+  return it.line ? m + ":" + std::to_string(it.line) : m;
+}
+
 std::string key_for(const std::string& id) {
   std::string k;
   for (char c : id) {
-    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-/+=,@", c);
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || (c && std::strchr("_-/+=,@", c));
     k += ok ? c : '_';
   }
   while (!k.empty() && k.front() == '/') k.erase(k.begin());
   for (size_t p; (p = k.find("//")) != std::string::npos;) k.erase(p, 1);
   if (k.empty() || k.back() == '/') k += '_';
+  // Anything changed: the id's own digest keeps it apart from the ids it now looks like.
+  if (k != id) k += "_" + sha256_hex(id.data(), id.size()).substr(0, 8);
   return k;
 }
 
 std::string channel_name(int channel) { return channel < 0 ? "mix" : std::to_string(channel); }
 
-std::vector<Item> read_manifests(const std::vector<std::string>& paths, std::vector<Manifest>& manifests) {
+std::vector<Item> read_manifests(const std::vector<std::string>& paths, std::vector<Manifest>& manifests,
+                                 Problems* collect) {
+  Problems own;
+  Problems& problems = collect ? *collect : own;
   std::vector<Item> items;
+  auto abs_of = [](const std::string& p) { return p == "-" ? p : fs::absolute(p).lexically_normal().string(); };
   std::set<std::string> segment_files;
   for (const std::string& p : paths)
-    if (fs::path(p).filename() == "segments") segment_files.insert(fs::absolute(p).lexically_normal().string());
+    if (fs::path(p).filename() == "segments") segment_files.insert(abs_of(p));
+  if (std::count(paths.begin(), paths.end(), "-") > 1)
+    throw Error(ErrorKind::Usage, "'-' (stdin) given as a manifest more than once");
   std::set<std::string> used_segments;
   for (const std::string& p : paths) {
-    const std::string abs = fs::absolute(p).lexically_normal().string();
+    const std::string abs = abs_of(p);
     Manifest m;
     m.path = abs;
     const size_t before = items.size();
+    const int source = int(manifests.size());
     std::error_code ec;
-    if (fs::is_directory(p, ec)) {
+    if (p != "-" && fs::is_directory(p, ec)) {
       m.kind = "directory";
-      const std::string listing = read_directory(p, items);
+      const std::string listing = read_directory(p, source, problems, items);
       m.sha256 = sha256_hex(listing.data(), listing.size());
     } else if (segment_files.count(abs)) {
       continue;  // read with its wav.scp
     } else {
-      const std::string text = read_text(abs);
-      m.sha256 = sha256_hex(text.data(), text.size());
+      const std::string raw = read_text(abs);
+      m.sha256 = sha256_hex(raw.data(), raw.size());
+      const std::string text = decode_manifest_text(raw, abs);
+      const std::string base = manifest_base(abs);
       if (is_wav_scp(p)) {
         const std::string seg = (fs::path(abs).parent_path() / "segments").string();
         std::vector<std::string> order;
-        const auto recs = read_wav_scp(abs, text, &order);
+        const auto recs = read_wav_scp(abs, base, text, problems, &order);
         if (segment_files.count(seg)) {
-          const std::string stext = read_text(seg);
+          const std::string sraw = read_text(seg);
           used_segments.insert(seg);
           m.kind = "wav.scp";
           manifests.push_back(m);
-          Manifest s{seg, "segments", sha256_hex(stext.data(), stext.size()), 0};
-          read_segments(seg, stext, recs, items);
-          s.items = items.size() - before;
-          manifests.back().items = 0;
+          Manifest s{seg, "segments", sha256_hex(sraw.data(), sraw.size()), 0};
           manifests.push_back(s);
+          read_segments(seg, decode_manifest_text(sraw, seg), recs, source + 1, problems, items);
+          manifests.back().items = items.size() - before;
           continue;
         }
         m.kind = "wav.scp";
         for (const std::string& id : order) {
           Item it;
+          it.source = source, it.line = recs.at(id).line;
           it.id = id;
-          it.path = recs.at(id);
+          it.path = recs.at(id).path;
           items.push_back(std::move(it));
         }
       } else if (looks_like_jsonl(p, text)) {
         m.kind = "jsonl";
-        read_jsonl(abs, text, items);
+        read_jsonl(abs, base, text, source, problems, items);
       } else {
         m.kind = "list";
-        read_list(abs, text, items);
+        read_list(abs, base, text, source, problems, items);
       }
     }
     m.items = items.size() - before;
@@ -332,37 +403,118 @@ std::vector<Item> read_manifests(const std::vector<std::string>& paths, std::vec
     if (!used_segments.count(s))
       throw Error(ErrorKind::Usage, s + ": a segments file needs the wav.scp of its folder among the manifests");
   for (Item& it : items) it.key = key_for(it.id);
-  check_unique(items);
-  for (const Item& it : items)
-    if (!ustar_fits(it.key + ".json"))
-      throw Error(ErrorKind::Usage, "id '" + it.id + "' is too long for a tar member name (ustar: 255 bytes)");
-  return items;
+  std::vector<Item> kept;
+  kept.reserve(items.size());
+  for (Item& it : items) {
+    if (ustar_fits(it.key + ".json")) kept.push_back(std::move(it));
+    else
+      problems.add(origin_of(it, manifests) + ": id '" + it.id +
+                   "' is too long for a tar member name (ustar: 255 bytes)");
+  }
+  check_unique(kept, manifests, problems);
+  if (!collect && !problems.empty()) problems.fail(false);
+  return kept;
 }
 
-size_t probe_durations(std::vector<Item>& items, int threads) {
-  std::vector<size_t> todo;
-  for (size_t i = 0; i < items.size(); ++i)
-    if (items[i].duration < 0) todo.push_back(i);
-  std::atomic<size_t> next{0}, failed{0};
+Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& manifests, int threads,
+                         Problems& problems) {
+  // One look per distinct file (the segments of a recording share it).
+  struct File {
+    std::string path;
+    bool need_header = false;
+    EntryCheck check;
+    int64_t frames = 0;
+    int rate = 0;
+    std::string header_error;
+  };
+  std::vector<File> files;
+  std::map<std::string, size_t> index;
+  std::vector<size_t> file_of(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto [it, fresh] = index.emplace(items[i].path, files.size());
+    if (fresh) files.emplace_back().path = items[i].path;
+    file_of[i] = it->second;
+    files[it->second].need_header |= items[i].duration < 0 || items[i].end >= 0;
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::exception_ptr fatal;
   auto work = [&] {
-    for (size_t t; (t = next++) < todo.size();) {
-      Item& it = items[todo[t]];
-      try {
-        AudioReader r(it.path);  // opens the header only; nothing is decoded
-        if (r.frames() <= 0) throw Error(ErrorKind::Input, it.path + ": the header does not say its length");
-        const double len = double(r.frames()) / r.sample_rate();
-        it.duration = std::max(0.0, (it.end >= 0 ? std::min(it.end, len) : len) - it.start);
-      } catch (const std::exception& e) {
-        it.duration = 0;
-        it.probe_error = e.what();
-        ++failed;
+    try {
+      for (size_t t; (t = next++) < files.size();) {
+        File& f = files[t];
+        f.check = check_entry(f.path);
+        if (f.check.kind != EntryCheck::File || !f.need_header) continue;
+        try {
+          AudioReader r(f.path);  // a regular file (checked above): opens the header only
+          f.frames = r.frames();
+          f.rate = r.sample_rate();
+          // frames 0: the header does not say its length (a streamed WAV): nothing to check a
+          // segment against, and no duration for an item that needs one (below)
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::Input) throw;
+          f.header_error = e.what();
+        }
       }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!fatal) fatal = std::current_exception();
+      next = files.size();
     }
   };
   std::vector<std::thread> pool;
-  for (int i = 0; i < std::max(1, std::min<int>(threads, int(todo.size()))); ++i) pool.emplace_back(work);
+  for (int i = 0; i < std::max(1, std::min<int>(threads, int(files.size()))); ++i) pool.emplace_back(work);
   for (auto& t : pool) t.join();
-  return failed;
+  if (fatal) std::rethrow_exception(fatal);
+
+  Inspection out;
+  std::vector<std::string> unreadable;
+  std::vector<Item> kept;
+  kept.reserve(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item& it = items[i];
+    const File& f = files[file_of[i]];
+    // "MANIFEST:LINE: PATH" (a directory's file: its path)
+    const std::string where = (it.line ? origin_of(it, manifests) + ": " : "") + it.path;
+    if (f.check.kind == EntryCheck::Refused) {
+      problems.add(where + ": " + f.check.why);
+      continue;
+    }
+    std::string header_error = f.header_error;
+    if (f.check.kind == EntryCheck::File && header_error.empty() && f.frames <= 0 && it.duration < 0)
+      header_error = it.path + ": the header does not say its length";
+    if (f.check.kind == EntryCheck::Unreadable || !header_error.empty()) {
+      it.probe_error = f.check.kind == EntryCheck::Unreadable ? it.path + ": " + f.check.why : header_error;
+      if (it.duration < 0) it.duration = 0;
+      unreadable.push_back((it.line ? origin_of(it, manifests) + ": " : "") + it.probe_error);
+    } else if (f.frames > 0) {
+      const double len = double(f.frames) / f.rate;
+      if (it.start >= len) {
+        problems.add(where + ": the segment starts at " + seconds(it.start) + ", the file lasts " + seconds(len));
+        continue;
+      }
+      if (it.end > len) {
+        if (it.end - len > kMaxOvershootSeconds) {
+          problems.add(where + ": the segment ends at " + seconds(it.end) + ", " + seconds(it.end - len) +
+                       " after the end of the file (" + seconds(len) + "; up to " + seconds(kMaxOvershootSeconds) +
+                       " past it is read as its end)");
+          continue;
+        }
+        it.end = len;  // a small overshoot (rounded times): to the end of the file, as the worker reads it
+        it.duration = len - it.start;
+        ++out.clipped;
+      }
+      if (it.duration < 0) it.duration = (it.end >= 0 ? it.end : len) - it.start;
+    }
+    kept.push_back(std::move(it));
+  }
+  items = std::move(kept);
+  out.unreadable = unreadable.size();
+  for (size_t i = 0; i < unreadable.size() && i < Problems::kPrinted; ++i)
+    spdlog::warn("cannot be read now: {}", unreadable[i]);
+  if (unreadable.size() > Problems::kPrinted)
+    spdlog::warn("... and {} more files that cannot be read now", unreadable.size() - Problems::kPrinted);
+  return out;
 }
 
 }  // namespace mimi::app::dataset

@@ -1,19 +1,25 @@
 #include "app/dataset/plan.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <queue>
 #include <sstream>
 #include <thread>
 
-#include "codec/sha256.h"
 #include "app/file_io.h"
+#include "app/json_bytes.h"
 #include "codec/error.h"
+#include "codec/sha256.h"
 
 namespace mimi::app::dataset {
 namespace fs = std::filesystem;
@@ -26,8 +32,12 @@ std::string read_file_text(const std::string& path) {
   return {b.begin(), b.end()};
 }
 
+// Paths and ids (ids made from file names) are bytes: put_path / get_path (app/json_bytes.h).
 json item_json(const Item& it) {
-  json j = {{"key", it.key}, {"id", it.id}, {"path", it.path}, {"duration", it.duration}};
+  json j = {{"key", it.key}};
+  put_path(j, "id", it.id);
+  put_path(j, "path", it.path);
+  j["duration"] = it.duration;
   if (it.start > 0 || it.end >= 0) j["start"] = it.start;
   if (it.end >= 0) j["end"] = it.end;
   j["channel"] = it.channel < 0 ? json("mix") : json(it.channel);
@@ -38,8 +48,8 @@ json item_json(const Item& it) {
 Item item_from_json(const json& j) {
   Item it;
   it.key = j.at("key").get<std::string>();
-  it.id = j.at("id").get<std::string>();
-  it.path = j.at("path").get<std::string>();
+  it.id = get_path(j, "id");
+  it.path = get_path(j, "path");
   it.duration = j.at("duration").get<double>();
   it.start = j.value("start", 0.0);
   it.end = j.value("end", -1.0);
@@ -70,11 +80,16 @@ std::vector<std::vector<Item>> balance(std::vector<Item> items, int n) {
     return a.duration != b.duration ? a.duration > b.duration : a.key < b.key;
   });
   std::vector<std::vector<Item>> shards(static_cast<size_t>(n));
-  std::vector<double> load(static_cast<size_t>(n), 0.0);
+  // The least loaded shard, lowest index among equals: a min-heap of (load, index), not a scan of
+  // all shards per item (100 k items into 99 999 shards).
+  using Load = std::pair<double, int>;
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> heap;
+  for (int s = 0; s < n; ++s) heap.push({0.0, s});
   for (Item& it : items) {
-    const size_t s = size_t(std::min_element(load.begin(), load.end()) - load.begin());  // first minimum
-    load[s] += it.duration;
-    shards[s].push_back(std::move(it));
+    auto [load, s] = heap.top();
+    heap.pop();
+    shards[size_t(s)].push_back(std::move(it));
+    heap.push({load + shards[size_t(s)].back().duration, s});
   }
   for (auto& s : shards)
     std::sort(s.begin(), s.end(), [](const Item& a, const Item& b) {
@@ -82,6 +97,50 @@ std::vector<std::vector<Item>> balance(std::vector<Item> items, int n) {
     });
   return shards;
 }
+
+namespace {
+
+// A shard file under its final name, no fsync (write_shard_files syncs the folder once).
+void write_plain(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot create");
+  try {
+    write_all(fd, text.data(), text.size(), path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw sys_error(errno, ErrorKind::Output, path, "cannot write");
+}
+
+// Makes everything written under `dir` durable with one call instead of an fsync per file.
+void sync_folder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw sys_error(errno, ErrorKind::Output, dir, "cannot open");
+#ifdef __linux__
+  const int rc = ::syncfs(fd);
+#else
+  ::sync();
+  const int rc = 0;
+#endif
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw sys_error(err, ErrorKind::Output, dir, "cannot sync");
+}
+
+// shard-NNNNN.jsonl files of an earlier plan with more shards (--force).
+void remove_stale_shards(const std::string& dir, int n) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int idx = -1;
+    if (name.size() == 17 && name.rfind("shard-", 0) == 0 && name.substr(11) == ".jsonl" &&
+        std::from_chars(name.data() + 6, name.data() + 11, idx).ptr == name.data() + 11 && idx >= n)
+      fs::remove(it->path(), ec);
+  }
+}
+
+}  // namespace
 
 void make_plan(const PlanOptions& o) {
   if ((o.shards > 0) == (o.shard_hours > 0)) throw Error(ErrorKind::Usage, "give one of --shards N and --shard-hours H");
@@ -91,14 +150,29 @@ void make_plan(const PlanOptions& o) {
   if (fs::exists(plan_json, ec) && !o.force)
     throw Error(ErrorKind::Output, plan_json + ": exists; a plan is fixed once made (use --force to replace it)");
   std::vector<Manifest> manifests;
-  std::vector<Item> items = read_manifests(o.manifests, manifests);
-  if (items.empty()) throw Error(ErrorKind::Input, "the manifests list no audio");
+  Problems problems;  // every bad entry of every manifest, reported together
+  std::vector<Item> items = read_manifests(o.manifests, manifests, &problems);
   const int threads = o.probe_threads > 0 ? o.probe_threads : int(std::max(1u, std::thread::hardware_concurrency()) * 4);
   const size_t unknown = std::count_if(items.begin(), items.end(), [](const Item& i) { return i.duration < 0; });
   if (unknown) spdlog::info("reading the durations of {} files from their headers", unknown);
-  if (const size_t bad = probe_durations(items, threads))
-    spdlog::warn("{} files cannot be read now (first: {}); they are planned and will be recorded as errors", bad,
-                 std::find_if(items.begin(), items.end(), [](const Item& i) { return !i.probe_error.empty(); })->probe_error);
+  const Inspection seen = inspect_items(items, manifests, threads, problems);
+  if (!problems.empty()) {
+    if (!o.skip_bad || !problems.all_skippable()) problems.fail(true);
+    problems.warn_all();
+    spdlog::warn("{} bad entries left out of the plan (skip_bad); listed in {}", problems.size(),
+                 (fs::path(o.out) / "skipped.txt").string());
+  }
+  if (items.empty()) throw Error(ErrorKind::Input, "the manifests list no audio");
+  for (Manifest& m : manifests) m.items = 0;  // what is planned of each (bad entries left out)
+  for (const Item& it : items)
+    if (it.source >= 0 && size_t(it.source) < manifests.size()) ++manifests[size_t(it.source)].items;
+  if (seen.unreadable)
+    spdlog::warn("{} files cannot be read now; they are planned and will be recorded as errors unless they are "
+                 "readable when their shard runs",
+                 seen.unreadable);
+  if (seen.clipped)
+    spdlog::info("{} segments end at most {} s after the end of their file: planned to its end", seen.clipped,
+                 kMaxOvershootSeconds);
   double total = 0;
   for (const Item& it : items) total += it.duration;
   const int n = o.shards > 0 ? o.shards : std::max(1, int(std::ceil(total / 3600.0 / o.shard_hours - 1e-9)));
@@ -108,40 +182,56 @@ void make_plan(const PlanOptions& o) {
 
   fs::create_directories(o.out, ec);
   if (ec && !fs::is_directory(o.out)) throw Error(ErrorKind::Output, o.out + ": cannot create: " + ec.message());
+  // A replaced plan stops being one first: a crash below leaves no plan.json over new shard files.
+  if (fs::exists(plan_json, ec) && ::unlink(plan_json.c_str()) != 0)
+    throw sys_error(errno, ErrorKind::Output, plan_json, "cannot remove the old plan");
+  remove_stale_shards(o.out, n);
   json jm = json::array(), hours = json::array(), counts = json::array(), digests = json::array();
-  for (const Manifest& m : manifests)
-    jm.push_back({{"path", m.path}, {"kind", m.kind}, {"sha256", m.sha256}, {"items", m.items}});
+  for (const Manifest& m : manifests) {
+    json e = {{"kind", m.kind}, {"sha256", m.sha256}, {"items", m.items}};
+    put_path(e, "path", m.path);
+    jm.push_back(e);
+  }
   for (int s = 0; s < n; ++s) {
     std::string text;
     double secs = 0;
     for (const Item& it : shards[size_t(s)]) {
-      text += item_json(it).dump() + "\n";
+      text += json_dump(item_json(it)) + "\n";
       secs += it.duration;
     }
-    const std::vector<uint8_t> bytes(text.begin(), text.end());
-    write_output((fs::path(o.out) / (shard_name(s) + ".jsonl")).string(), bytes, true);
+    write_plain((fs::path(o.out) / (shard_name(s) + ".jsonl")).string(), text);
     hours.push_back(secs / 3600.0);
     counts.push_back(shards[size_t(s)].size());
     digests.push_back(sha256_hex(text.data(), text.size()));
   }
-  const json plan = {{"format", "mimi-dataset-plan"},
-                     {"version", 1},
-                     {"tool_version", MIMI_VERSION},
-                     {"manifests", jm},
-                     {"items", n_items},
-                     {"hours", total / 3600.0},
-                     {"shards", n},
-                     {"shard_hours", hours},
-                     {"shard_items", counts},
-                     {"shard_sha256", digests},
-                     {"order", "each shard by duration, shortest first"},
-                     {"options", {{"shards", o.shards}, {"shard_hours", o.shard_hours}}}};
-  const std::string text = plan.dump(1) + "\n";
+  const std::string skipped = (fs::path(o.out) / "skipped.txt").string();
+  if (o.skip_bad) {
+    std::string text;
+    for (const std::string& p : problems.list()) text += printable(p) + "\n";  // one line each
+    write_plain(skipped, text);
+  } else {
+    fs::remove(skipped, ec);  // an earlier plan's
+  }
+  sync_folder(o.out);  // one sync for all shard files, before plan.json says they are there
+  json plan = {{"format", "mimi-dataset-plan"},
+               {"version", 1},
+               {"tool_version", MIMI_VERSION},
+               {"manifests", jm},
+               {"items", n_items},
+               {"hours", total / 3600.0},
+               {"shards", n},
+               {"shard_hours", hours},
+               {"shard_items", counts},
+               {"shard_sha256", digests},
+               {"order", "each shard by duration, shortest first"},
+               {"options", {{"shards", o.shards}, {"shard_hours", o.shard_hours}}}};
+  if (o.skip_bad) plan["skipped_entries"] = problems.size();
+  const std::string text = json_dump(plan, 1) + "\n";
   write_output(plan_json, std::vector<uint8_t>(text.begin(), text.end()), true);  // last: a plan is complete once it exists
   double hmin = 1e300, hmax = 0;
   for (const auto& h : hours) hmin = std::min(hmin, h.get<double>()), hmax = std::max(hmax, h.get<double>());
-  spdlog::info("planned {} items, {:.3f} h, into {} shards of {:.3f} - {:.3f} h -> {}", plan["items"].get<size_t>(),
-               total / 3600.0, n, hmin, hmax, plan_json);
+  spdlog::info("planned {} items, {:.3f} h, into {} shards of {:.3f} - {:.3f} h -> {}", n_items, total / 3600.0, n, hmin,
+               hmax, plan_json);
 }
 
 Plan read_plan(const std::string& dir) {

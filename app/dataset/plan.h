@@ -19,14 +19,21 @@ struct PlanOptions {
   double shard_hours = 0;
   int probe_threads = 0;  // 0 = 4 per CPU (header reads wait on storage)
   bool force = false;
+  // Leave bad entries (Problems, manifest.h) out of the plan instead of refusing it: each is
+  // still printed, counted in plan.json ("skipped_entries") and listed in PLAN/skipped.txt.
+  // Duplicate ids are never skipped.
+  bool skip_bad = false;
 };
 
-// Plans and writes PLAN/; prints a summary on stderr. Throws Error(Usage/Input/Output).
+// Plans and writes PLAN/; prints a summary on stderr. Every bad entry of the manifests is printed
+// (Problems) and the plan refused (Error(Input), exit 3) unless skip_bad. Writes the shard files
+// without an fsync each, then makes the folder durable at once (syncfs) and writes plan.json
+// last. Throws Error(Usage/Input/Output/Environment).
 void make_plan(const PlanOptions& o);
 
 // Assigns items to n shards, longest first to the least loaded shard (ties: lower index), then
 // orders each shard by duration (shortest first; ties by key). Ownership depends only on the
-// items: never on what is done.
+// items: never on what is done. O(items log items + items log n).
 std::vector<std::vector<Item>> balance(std::vector<Item> items, int n);
 
 struct Plan {

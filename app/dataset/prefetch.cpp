@@ -1,4 +1,5 @@
 #include "app/dataset/prefetch.h"
+#include "app/dataset/entries.h"
 
 #include "app/pipeline.h"
 #include "codec/error.h"
@@ -55,6 +56,7 @@ void Prefetcher::run() {
       const Item& it = items_[idx];
       const char* stage = "open";
       try {
+        refuse_unless_file(it.path);  // a file replaced by a FIFO since planning would block here
         MonoSource src(it.path, rate_, AudioSpan{it.start, it.end, it.channel});
         Piece start = piece(Piece::Start, idx);
         start.rate = src.source_rate();

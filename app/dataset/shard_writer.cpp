@@ -16,6 +16,7 @@
 #include "codec/sha256.h"
 #include "app/dataset/tar.h"
 #include "app/file_io.h"
+#include "app/json_bytes.h"
 #include "app/progress.h"
 #include "codec/error.h"
 
@@ -57,11 +58,17 @@ void write_text(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+// The path is bytes (put_path); the message is free text, dumped with json_dump (never a type_error).
 json JournalEntry::to_json() const {
   if (ok)
     return {{"k", "ok"}, {"i", index}, {"key", key}, {"offset", offset}, {"end", end}, {"frames", frames},
             {"samples", samples}};
-  return {{"k", "err"}, {"i", index}, {"key", key}, {"path", path}, {"stage", stage}, {"message", message}, {"end", end}};
+  json j = {{"k", "err"}, {"i", index}, {"key", key}};
+  put_path(j, "path", path);
+  j["stage"] = stage;
+  j["message"] = message;
+  j["end"] = end;
+  return j;
 }
 
 JournalEntry JournalEntry::from_json(const json& j) {
@@ -76,14 +83,14 @@ JournalEntry JournalEntry::from_json(const json& j) {
     e.frames = j.at("frames").get<int64_t>();
     e.samples = j.at("samples").get<int64_t>();
   } else {
-    e.path = j.at("path").get<std::string>();
+    e.path = get_path(j, "path");
     e.stage = j.at("stage").get<std::string>();
     e.message = j.at("message").get<std::string>();
   }
   return e;
 }
 
-ShardPaths::ShardPaths(const std::string& out, int shard) {
+ShardPaths::ShardPaths(const std::string& out_dir, int shard_index) : out(out_dir), shard(shard_index) {
   const std::string b = (fs::path(out) / "shards" / shard_name(shard)).string();
   tar = b + ".tar";
   partial = b + ".tar.partial";
@@ -96,16 +103,35 @@ ShardPaths::ShardPaths(const std::string& out, int shard) {
   retry_tar = b + ".retry.tar";
 }
 
-json read_done(const ShardPaths& p) {
+json read_done(const ShardPaths& p, std::string* why, const json* dataset) {
   std::error_code ec;
+  if (why) why->clear();
   if (!fs::exists(p.done, ec)) return nullptr;
-  try {
-    json d = json::parse(read_all(p.done));
-    if (fs::file_size(p.tar, ec) != d.at("tar_bytes").get<uint64_t>() || ec) return nullptr;
-    return d;
-  } catch (const std::exception&) {
+  auto invalid = [&](const std::string& w) -> json {
+    if (why) *why = p.done + ": " + w;
     return nullptr;
+  };
+  json d, ds;
+  try {
+    d = json::parse(read_all(p.done));
+    if (!d.is_object()) return invalid("not a JSON object");
+    if (!dataset) {
+      const std::string dj = (fs::path(p.out) / "dataset.json").string();
+      if (!fs::exists(dj, ec)) return invalid("there is no dataset.json beside it: not taken as done");
+      ds = json::parse(read_all(dj));
+      dataset = &ds;
+    }
+    if (fs::file_size(p.tar, ec) != d.at("tar_bytes").get<uint64_t>() || ec)
+      return invalid("its tar is missing or not of the recorded size");
+  } catch (const std::exception& e) {
+    return invalid(std::string("damaged: ") + e.what());
   }
+  for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "shards"})
+    if (d.value(k, json()) != dataset->value(k, json()))
+      return invalid(std::string("made with another ") + k + " (" + json_dump(d.value(k, json())) + ") than " +
+                     "dataset.json (" + json_dump(dataset->value(k, json())) + "): not taken as done");
+  if (d.value("shard", -1) != p.shard) return invalid("made for shard " + json_dump(d.value("shard", json())));
+  return d;
 }
 
 std::vector<json> read_json_lines(const std::string& path) {
@@ -162,7 +188,7 @@ void ShardWriter::resume(const json& header) {
       json want = header, got = j;
       want.erase("k"), got.erase("k"), got.erase("t");
       if (got != want)
-        throw Error(ErrorKind::Usage, p_.journal + ": this shard was begun with other settings (" + j.dump() +
+        throw Error(ErrorKind::Usage, p_.journal + ": this shard was begun with other settings (" + json_dump(j) +
                                           "); remove its files to start it over");
       begun = true;
       begun_at_ = j.value("t", 0.0);
@@ -221,7 +247,7 @@ void ShardWriter::resume(const json& header) {
     json b = header;
     b["k"] = "begin";
     b["t"] = begun_at_ = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const std::string line = b.dump() + "\n";
+    const std::string line = json_dump(b) + "\n";
     write_all(journal_fd_, line.data(), line.size(), p_.journal);
     if (::fdatasync(journal_fd_) != 0) fail(p_.journal, "fsync");
     fsync_dir(p_.journal);
@@ -269,7 +295,7 @@ void ShardWriter::record(JournalEntry e) {
 }
 
 void ShardWriter::pend(const JournalEntry& e) {
-  const std::string line = e.to_json().dump() + "\n";
+  const std::string line = json_dump(e.to_json()) + "\n";
   pending_ += line;
   journal_bytes_ += line.size();
   line_end_.push_back(journal_bytes_);
@@ -308,7 +334,7 @@ void ShardWriter::sync() {
 }
 
 void ShardWriter::journal_line(const json& j) {
-  if (!j.is_null()) pending_ += j.dump() + "\n";
+  if (!j.is_null()) pending_ += json_dump(j) + "\n";
   write_all(journal_fd_, pending_.data(), pending_.size(), p_.journal);
   if (::fdatasync(journal_fd_) != 0) fail(p_.journal, "fsync");
   pending_.clear();
@@ -333,15 +359,18 @@ json ShardWriter::finish(const json& extra) {
   int64_t samples = 0, frames = 0;
   for (const JournalEntry& e : entries_) {
     if (e.ok) {
-      index += json({{"key", e.key}, {"offset", e.offset}, {"size", e.end - e.offset}, {"frames", e.frames},
-                     {"samples", e.samples}})
-                   .dump() +
+      index += json_dump({{"key", e.key}, {"offset", e.offset}, {"size", e.end - e.offset}, {"frames", e.frames},
+                          {"samples", e.samples}}) +
                "\n";
       ++ok;
       samples += e.samples;
       frames += e.frames;
     } else {
-      errors += json({{"key", e.key}, {"path", e.path}, {"stage", e.stage}, {"message", e.message}}).dump() + "\n";
+      json r = {{"key", e.key}};
+      put_path(r, "path", e.path);
+      r["stage"] = e.stage;
+      r["message"] = e.message;
+      errors += json_dump(r) + "\n";
     }
   }
   write_text(p_.index, index);
@@ -354,7 +383,7 @@ json ShardWriter::finish(const json& extra) {
   done["frames"] = frames;
   done["tar_bytes"] = tar_size_;
   done["tar_sha256"] = sha256_file(p_.tar);
-  write_text(p_.done, done.dump(1) + "\n");  // last: the shard is done once this exists
+  write_text(p_.done, json_dump(done, 1) + "\n");  // last: the shard is done once this exists
   fsync_dir(p_.done);
   if (journal_fd_ >= 0) ::close(journal_fd_);
   journal_fd_ = -1;

@@ -29,12 +29,18 @@ struct JournalEntry {
 
 // Paths of a shard's files in OUT/shards/.
 struct ShardPaths {
+  std::string out;  // OUT/
+  int shard = 0;
   std::string tar, partial, journal, index, errors, done, failed, lock, retry_tar;
   ShardPaths(const std::string& out, int shard);
 };
 
-// A valid .done record (its tar present with the recorded size), or null.
-nlohmann::json read_done(const ShardPaths& p);
+// The one judgement of a .done (the worker's skip, status and verify): a valid record, or null. Valid:
+// it parses, its tar is there with the recorded size, and it was made for this shard with the
+// plan, n_q and weights of OUT/dataset.json (`dataset`, read from OUT when null) - a .done left by
+// a replaced plan or another run is not done. `why` (when given) says why a .done that is there
+// is not valid ("" when there is none).
+nlohmann::json read_done(const ShardPaths& p, std::string* why = nullptr, const nlohmann::json* dataset = nullptr);
 // The entries of a finished shard's index / errors files.
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
 

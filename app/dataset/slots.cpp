@@ -1,4 +1,5 @@
 #include "app/dataset/slots.h"
+#include "app/dataset/entries.h"
 
 #include <algorithm>
 #include <map>
@@ -60,6 +61,7 @@ void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Ite
           auto s = std::make_unique<SlotSource>();
           s->index = order[pos];
           try {
+            refuse_unless_file(it.path);  // a file replaced by a FIFO since planning would block here
             s->src = std::make_unique<MonoSource>(it.path, model_rate, AudioSpan{it.start, it.end, it.channel});
           } catch (const Error& e) {
             if (e.kind() != ErrorKind::Input) throw;

@@ -9,6 +9,7 @@
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/shard_writer.h"
+#include "app/json_bytes.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {
@@ -25,9 +26,11 @@ struct ShardState {
   double started = 0, last = 0;  // Unix times (0: unknown)
 };
 
-// A journal read leniently (a line being written may be cut): what the shard has so far.
-void read_journal(const std::string& path, ShardState& s, int rate, double mtime) {
+// A journal read leniently (a line being written may be cut): what the shard has so far. False when
+// it was begun from another plan than `digest`.
+bool read_journal(const std::string& path, ShardState& s, int rate, double mtime, const std::string& digest) {
   std::ifstream f(path);
+  bool ours = true;
   for (std::string line; std::getline(f, line);) {
     json j;
     try {
@@ -36,11 +39,12 @@ void read_journal(const std::string& path, ShardState& s, int rate, double mtime
       break;
     }
     const std::string k = j.value("k", "");
-    if (k == "begin") s.started = j.value("t", 0.0);
+    if (k == "begin") s.started = j.value("t", 0.0), ours = j.value("plan_sha256", "") == digest;
     if (k == "ok") ++s.done_items, s.done_seconds += double(j.value("samples", int64_t(0))) / rate;
     if (k == "err") ++s.done_items, ++s.errors;
   }
   s.last = mtime;
+  return ours;
 }
 
 double mtime_of(const std::string& p) {
@@ -83,14 +87,21 @@ int status(const StatusOptions& o) {
   std::string plan_dir = o.plan;
   int rate = 24000;
   std::error_code ec;
+  json dsj;  // null: no worker has started
   if (fs::exists(fs::path(o.out) / "dataset.json", ec)) {
-    const json d = read_dataset_json(o.out);
-    if (plan_dir.empty()) plan_dir = d.value("plan", "");
-    rate = d.value("sample_rate", 24000);
+    dsj = read_dataset_json(o.out);
+    if (plan_dir.empty() && dsj.contains("plan")) plan_dir = get_path(dsj, "plan");
+    rate = dsj.value("sample_rate", 24000);
   } else if (plan_dir.empty()) {
     throw Error(ErrorKind::Usage, o.out + ": no dataset.json yet (no shard started); give --plan PLAN/");
   }
   const Plan plan = read_plan(plan_dir);
+  // Output of another plan (replaced with --force, or another --plan): nothing in it is done for this one.
+  const bool same_plan = dsj.is_object() && dsj.value("plan_sha256", "") == plan.digest;
+  if (dsj.is_object() && !same_plan)
+    spdlog::warn("{}: made from another plan than {} (plan_sha256 {} vs {}): no shard of it counts as done",
+                 o.out, plan_dir, dsj.value("plan_sha256", "?").substr(0, 12), plan.digest.substr(0, 12));
+  size_t stale = 0;
   std::vector<ShardState> shards;
   const double now_t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (int i = 0; i < plan.shards; ++i) {
@@ -99,7 +110,9 @@ int status(const StatusOptions& o) {
     s.items = plan.shard_items[size_t(i)];
     s.seconds = plan.shard_seconds[size_t(i)];
     const ShardPaths p(o.out, i);
-    const json done = read_done(p);
+    std::string why;
+    const json done = same_plan ? read_done(p, &why, &dsj) : json();
+    if (!why.empty() && ++stale <= 20) spdlog::warn("{}", why);  // a .done that is there but not valid
     if (!done.is_null()) {
       s.state = "done";
       s.done_items = done.value("items", size_t(0));
@@ -108,8 +121,11 @@ int status(const StatusOptions& o) {
       s.started = done.value("started", 0.0);
       s.last = done.value("finished", 0.0);
     } else if (fs::exists(p.journal, ec) || fs::exists(p.partial, ec)) {
-      read_journal(p.journal, s, rate, mtime_of(p.journal));
-      s.state = fs::exists(p.failed, ec) ? "failed" : "partial";
+      const bool ours = read_journal(p.journal, s, rate, mtime_of(p.journal), plan.digest);
+      s.state = fs::exists(p.failed, ec) || !ours ? "failed" : "partial";
+      if (!ours)
+        spdlog::warn("{}: begun from another plan: its worker will refuse it (remove its files to start it over)",
+                     p.journal);
     }
     shards.push_back(s);
   }
@@ -127,6 +143,7 @@ int status(const StatusOptions& o) {
     last = std::max(last, s.last);
     running |= s.state == "partial";
   }
+  if (stale > 20) spdlog::warn("... and {} more .done files not taken as done", stale - 20);
   if (running) last = std::max(last, now_t);
   // The observed rate of all workers together: audio done over the time since the first began.
   const double rate_x = last > first && first > 0 ? done_s / (last - first) : 0;
@@ -144,12 +161,12 @@ int status(const StatusOptions& o) {
       list.push_back({{"shard", s.shard}, {"state", s.state}, {"items", s.items}, {"done_items", s.done_items},
                       {"errors", s.errors}, {"hours", s.seconds / 3600}, {"done_hours", s.done_seconds / 3600}});
     }
-    std::cout << json({{"shards", list}, {"done", n_done}, {"partial", n_partial}, {"failed", n_failed},
+    std::cout << json_dump(json({{"shards", list}, {"done", n_done}, {"partial", n_partial}, {"failed", n_failed},
                        {"todo", n_todo}, {"hours", total / 3600}, {"done_hours", done_s / 3600},
                        {"real_time_factor", rate_x},
                        {"eta_seconds", eta < 0 || n_done == shards.size() ? json(nullptr) : json(eta)},
-                       {"todo_ranges", ranges(todo)}})
-                     .dump(1)
+                       {"todo_ranges", ranges(todo)}}),
+                           1)
               << "\n";
     return 0;
   }

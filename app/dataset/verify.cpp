@@ -14,6 +14,7 @@
 #include "app/dataset/shard_writer.h"
 #include "app/dataset/tar.h"
 #include "app/file_io.h"
+#include "app/json_bytes.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {
@@ -34,11 +35,17 @@ struct Totals {
   double seconds = 0;
 };
 
+// Everything a finished shard's files say about each other and about the plan: the .done record
+// (read_done: this output's plan, n_q, weights) against the tar, index and errors file; the tar's
+// digest and structure; every index line's fields against its members; the errors file against
+// the plan; each item's record against its planned item; codes, frames and the planned length
+// (check_encoded_length, the worker's own rule).
 void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& ds, Checker& bad, Totals& tot) {
   const std::string name = shard_name(shard);
-  const json done = read_done(p);
+  std::string why;
+  const json done = read_done(p, &why, &ds);
   if (done.is_null()) {
-    bad(name + ": not finished (no valid " + p.done + ")");
+    bad(name + ": not finished (" + (why.empty() ? "no " + p.done : why) + ")");
     return;
   }
   const int n_q = ds.at("n_q").get<int>(), bins = ds.at("codebook_size").get<int>();
@@ -64,33 +71,67 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
     return;
   }
   const std::vector<Item> items = read_shard_items(plan, shard);
+  std::map<std::string, const Item*> by_key;
+  for (const Item& it : items) by_key[it.key] = &it;
+  // The errors file: planned items, each once, with their planned path and a known stage.
   std::set<std::string> failed;
-  for (const json& e : errors) failed.insert(e.value("key", ""));
+  for (size_t i = 0; i < errors.size(); ++i) {
+    const json& e = errors[i];
+    const std::string where = name + ": " + p.errors + ":" + std::to_string(i + 1);
+    if (!e.is_object() || !e.contains("key") || !e["key"].is_string()) {
+      bad(where + ": no key");
+      continue;
+    }
+    const std::string key = e["key"].get<std::string>();
+    const auto it = by_key.find(key);
+    if (it == by_key.end()) {
+      bad(where + ": names '" + key + "', which is not planned in this shard");
+      continue;
+    }
+    if (!failed.insert(key).second) bad(where + ": names '" + key + "' a second time");
+    std::string path;
+    try {
+      path = get_path(e, "path");
+    } catch (const std::exception&) {
+      path = "\x01";  // not a path: reported below
+    }
+    if (path != it->second->path) bad(where + ": its path is not the planned " + it->second->path);
+    const std::string stage = e.value("stage", "");
+    if (stage != "open" && stage != "read") bad(where + ": stage '" + stage + "' is not open or read");
+    if (!e.contains("message") || !e["message"].is_string()) bad(where + ": no message");
+  }
   // The tar holds the planned items that did not fail, in planned order, two members each.
   std::vector<const Item*> expect;
   for (const Item& it : items)
     if (!failed.count(it.key)) expect.push_back(&it);
-  if (expect.size() + failed.size() != items.size()) bad(name + ": the errors file names items that are not planned");
   if (index.size() != expect.size() || members.size() != 2 * index.size()) {
     bad(name + ": " + std::to_string(index.size()) + " indexed items and " + std::to_string(members.size()) +
         " tar members for " + std::to_string(expect.size()) + " planned items that did not fail");
     return;
   }
-  if (done.value("items", size_t(0)) != items.size() || done.value("errors", size_t(0)) != failed.size())
-    bad(name + ": the .done counts do not match the plan and the errors file");
+  int64_t sum_frames = 0, sum_samples = 0;
   for (size_t i = 0; i < index.size(); ++i) {
     const Item& it = *expect[i];
     const json& ix = index[i];
     const TarMember &npy = members[2 * i], &meta = members[2 * i + 1];
     const std::string where = name + ": " + it.key;
-    if (ix.value("key", "") != it.key) {
-      bad(where + ": index names '" + ix.value("key", "") + "' at this place of the planned order");
+    const auto field = [&](const char* k) -> int64_t {  // -1: missing or not a count
+      return ix.is_object() && ix.contains(k) && ix[k].is_number_unsigned() ? ix[k].get<int64_t>() : -1;
+    };
+    if (!ix.is_object() || ix.value("key", "") != it.key) {
+      bad(where + ": index line " + std::to_string(i + 1) + " names '" + (ix.is_object() ? ix.value("key", "") : "") +
+          "' at this place of the planned order");
       continue;
     }
-    if (npy.name != it.key + ".npy" || meta.name != it.key + ".json" || ix.value("offset", uint64_t(0)) != npy.header_offset) {
-      bad(where + ": the tar members or offsets do not match the index");
+    // "size" spans both members: from the .npy header to the end of the padded .json data.
+    const uint64_t span = meta.data_offset + (meta.size + kTarBlock - 1) / kTarBlock * kTarBlock - npy.header_offset;
+    if (npy.name != it.key + ".npy" || meta.name != it.key + ".json" || field("offset") != int64_t(npy.header_offset) ||
+        field("size") != int64_t(span)) {
+      bad(where + ": the tar members, offset or size do not match the index");
       continue;
     }
+    sum_frames += std::max<int64_t>(0, field("frames"));
+    sum_samples += std::max<int64_t>(0, field("samples"));
     Codes c;
     try {
       c = parse_npy_int16(tar.data() + npy.data_offset, size_t(npy.size), where + ".npy");
@@ -102,22 +143,23 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
     try {
       rec = json::parse(tar.begin() + std::ptrdiff_t(meta.data_offset),
                         tar.begin() + std::ptrdiff_t(meta.data_offset + meta.size));
+      if (!rec.is_object()) throw std::runtime_error("not an object");
+      if (get_path(rec, "id") != it.id || get_path(rec, "path") != it.path || rec.value("key", "") != it.key ||
+          rec.value("channel", "") != channel_name(it.channel) || rec.value("n_q", -1) != n_q ||
+          rec.value("sample_rate", -1) != rate || std::fabs(rec.value("start", -1.0) - it.start) > 1e-9)
+        bad(where + ".json: its id, path, key, channel, start, n_q or sample rate is not the planned item's");
     } catch (const std::exception& e) {
-      bad(where + ".json: not JSON: " + e.what());
+      bad(where + ".json: not the item's JSON record: " + e.what());
       continue;
     }
     const int64_t samples = rec.value("samples", int64_t(-1));
     if (c.n_q != n_q) bad(where + ": " + std::to_string(c.n_q) + " codebooks, the dataset has " + std::to_string(n_q));
-    if (c.frames != ix.value("frames", int64_t(-1)) || c.frames != rec.value("frames", int64_t(-1)) ||
-        samples != ix.value("samples", int64_t(-2)) || c.frames != (samples + frame_size - 1) / frame_size || c.frames < 1)
+    if (c.frames != field("frames") || c.frames != rec.value("frames", int64_t(-1)) || samples != field("samples") ||
+        c.frames != (samples + frame_size - 1) / frame_size || c.frames < 1)
       bad(where + ": frames " + std::to_string(c.frames) + " disagree with the index, the item record or its " +
           std::to_string(samples) + " samples");
-    // The planned duration (from the manifest or the header) against what was encoded.
-    if (it.probe_error.empty() && it.duration > 0) {
-      const double got = double(samples) / rate;
-      if (std::fabs(got - it.duration) > 0.05 + 1e-3 * it.duration)
-        bad(where + ": " + std::to_string(got) + " s encoded, " + std::to_string(it.duration) + " s planned");
-    }
+    // The planned length, by the worker's own rule: what it would have recorded as an error.
+    if (const std::string m = check_encoded_length(it, samples, rate); !m.empty()) bad(where + ": " + m);
     for (size_t k = 0; k < c.data.size(); ++k)
       if (c.data[k] < 0 || c.data[k] >= bins) {
         bad(where + ": code " + std::to_string(c.data[k]) + " (codebook " + std::to_string(k / size_t(std::max<int64_t>(c.frames, 1))) + ") outside [0, " + std::to_string(bins) + ")");
@@ -125,6 +167,13 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
       }
     tot.seconds += double(samples) / rate;
   }
+  // The .done record's counts against what the files hold.
+  const auto count = [&](const char* k) { return done.value(k, int64_t(-1)); };
+  if (count("items") != int64_t(items.size()) || count("errors") != int64_t(failed.size()) ||
+      count("ok") != int64_t(index.size()) || count("frames") != sum_frames || count("samples") != sum_samples ||
+      count("tar_bytes") != int64_t(tar.size()))
+    bad(name + ": the .done counts (items, ok, errors, frames, samples, tar_bytes) do not match the plan, index, "
+               "errors file and tar");
   tot.items += items.size();
   tot.errors += failed.size();
 }
@@ -133,9 +182,10 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
 
 int verify(const VerifyOptions& o) {
   const json ds = read_dataset_json(o.out);
-  const Plan plan = read_plan(o.plan.empty() ? ds.value("plan", "") : o.plan);
+  const Plan plan = read_plan(o.plan.empty() ? (ds.contains("plan") ? get_path(ds, "plan") : "") : o.plan);
   Checker bad;
-  if (ds.value("plan_sha256", "") != plan.digest) bad(o.out + "/dataset.json: made from another plan than " + plan.dir);
+  if (ds.value("plan_sha256", "") != plan.digest)
+    bad(o.out + "/dataset.json: made from another plan than " + plan.dir);
   Totals tot;
   for (int i = 0; i < plan.shards; ++i) {
     try {

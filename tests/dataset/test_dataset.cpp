@@ -99,7 +99,8 @@ TEST_CASE("dataset unit: JSON Lines manifests: path or audio_filepath, ids, segm
   const auto& b = by_id(items, "utt.1");
   CHECK(b.path == (box / "b.wav").string());
   CHECK(b.duration == 2.5);
-  CHECK(b.key == "utt_1");  // no '.' in keys: WebDataset splits member names at the first dot
+  // no '.' in keys (WebDataset splits member names at the first dot); a changed id gets its digest
+  CHECK(b.key == "utt_1_" + sha256_hex("utt.1", 5).substr(0, 8));
   const auto& c = items[2];
   CHECK(c.start == 1.5);
   CHECK(c.end == 3);
@@ -157,7 +158,7 @@ TEST_CASE("dataset unit: wav.scp with segments, plain lists, directories; duplic
   box.put("dup.jsonl", "{\"path\": \"a.wav\", \"id\": \"same\"}\n{\"path\": \"b.wav\", \"id\": \"same\"}\n"
                        "{\"path\": \"c.wav\", \"id\": \"other\"}\n{\"path\": \"d.wav\", \"id\": \"other\"}\n");
   const std::string e = error_of([&] { manifest({(box / "dup.jsonl").string()}); });
-  CHECK(e.find("duplicate ids") != std::string::npos);
+  CHECK(e.find("duplicate id") != std::string::npos);
   CHECK(e.find("'same'") != std::string::npos);
   CHECK(e.find("'other'") != std::string::npos);
   // the same file in two manifests collides too

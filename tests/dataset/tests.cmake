@@ -1,10 +1,14 @@
 # The dataset mode (`mimi dataset`, app/dataset/): unit and CLI tests, and the GNU parallel and
 # Slurm engine tests (scripts; a missing engine is a stated skip, exit 77).
-add_executable(test_dataset dataset/test_dataset.cpp)
+add_executable(test_dataset dataset/test_dataset.cpp dataset/test_dataset_paths.cpp dataset/test_dataset_books.cpp)
 target_link_libraries(test_dataset PRIVATE mimi_cli_support)
 add_test(NAME dataset_unit COMMAND test_dataset "--test-case=dataset unit*")
 add_test(NAME dataset_cli COMMAND test_dataset "--test-case=dataset cli*")
-set_tests_properties(dataset_unit dataset_cli PROPERTIES LABELS "dataset" TIMEOUT 600)
+# Issue 26's generated sweeps: names that are any bytes, link trees, FIFOs, encodings, bad lines
+# (dataset_paths); .done trust, verify's cross-checks, segments past the end, many shards (dataset_books).
+add_test(NAME dataset_paths COMMAND test_dataset "--test-case=dataset paths*")
+add_test(NAME dataset_books COMMAND test_dataset "--test-case=dataset books*")
+set_tests_properties(dataset_unit dataset_cli dataset_paths dataset_books PROPERTIES LABELS "dataset" TIMEOUT 600)
 
 add_test(NAME dataset_parallel
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dataset/parallel_test.sh $<TARGET_FILE:mimi>
