@@ -164,7 +164,7 @@ TEST_CASE("dataset books: a segment past the end of its file is decided at plan 
   CHECK(ds::check_encoded_length(seg, 24000, 24000) == "");
 }
 
-TEST_CASE("dataset books: 30 000 items into 29 999 shards plan in seconds (O(items + shards), one sync)") {
+TEST_CASE("dataset books: 30 000 items into 29 999 shards balanced, and --force to fewer shards removes the rest") {
   Sandbox box("dsm");
   put_wav(box, "a.wav", 0.2);
   std::string text;
@@ -180,8 +180,8 @@ TEST_CASE("dataset books: 30 000 items into 29 999 shards plan in seconds (O(ite
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   REQUIRE_MESSAGE(r.code == 0, r.err);
   // ~3 s here (2 busy cores); the quadratic planner with an fsync per shard file took 37 s for
-  // 20 000 items and 224 s for 100 000
-  CHECK_MESSAGE(secs < 30, secs << " s");
+  // 20 000 items and 224 s for 100 000. Printed, not asserted: no timing assertions in tests.
+  MESSAGE("30 000 items into 29 999 shards planned in " << secs << " s");
   const json plan = json::parse(box.get("plan/plan.json"));
   CHECK(plan["items"] == 30000);
   CHECK(plan["shards"] == 29999);
