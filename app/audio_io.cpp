@@ -201,7 +201,9 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   }
   if (!impl_->f) {
     std::string why = sf_strerror(nullptr);
-    if (path != "-" && S_ISREG(st.st_mode)) {  // a WAV libsndfile refuses: say what in its header is wrong
+    uint8_t magic[12] = {0};
+    const bool wav = impl_->fd >= 0 && ::pread(impl_->fd, magic, 12, 0) == 12 && looks_like_wav(magic, 12);
+    if (path != "-" && S_ISREG(st.st_mode) && wav) {  // a WAV libsndfile refuses: say what in its header is wrong
       const int wfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (wfd >= 0) {
         try {

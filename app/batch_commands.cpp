@@ -103,6 +103,11 @@ int App::encode_batched(const EncodeOptions& o) {
   check_targets(o.inputs, o.out);
   // every slot holds its input open; with --split-channels the items are only known as they come
   const int slots = batch_slots(o.batch, o.split_channels ? 0 : o.inputs.size(), 1);
+  if (slots < 2) {  // one slot is the one-by-one path, which needs fewer descriptors (no reader pool)
+    EncodeOptions one = o;
+    one.batch = 1;
+    return encode(one);
+  }
   Engine& eng = engine();
   const int rate = eng.config().sample_rate;
   BatchTally tally;
@@ -172,7 +177,15 @@ int App::encode_batched(const EncodeOptions& o) {
       [&](size_t id, std::exception_ptr e) {
         std::unique_ptr<BatchInput> bi = take(open, id);
         // the runner's "empty signal" in the one-by-one path's words; a reader's error as it is
-        if (!bi->read_failed && bi->samples == 0)
+        // (only for the runner's own Error(Input): out of memory or the machine stays what it is)
+        bool empty_signal = false;
+        try {
+          std::rethrow_exception(e);
+        } catch (const Error& err) {
+          empty_signal = err.kind() == ErrorKind::Input;
+        } catch (...) {
+        }
+        if (!bi->read_failed && bi->samples == 0 && empty_signal)
           e = std::make_exception_ptr(Error(ErrorKind::Input, (bi->path == "-" ? "stdin" : bi->path) + ": no audio samples"));
         fail(bi->path, e);
       });
@@ -182,6 +195,11 @@ int App::encode_batched(const EncodeOptions& o) {
 int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   check_targets(o.inputs, o.out);
   const int slots = batch_slots(o.batch, o.inputs.size(), 1);  // every slot holds its output (a temporary) open
+  if (slots < 2) {  // one slot is the one-by-one path
+    DecodeOptions one = o;
+    one.batch = 1;
+    return decode(one);
+  }
   Engine& eng = engine();
   BatchTally tally;
   auto fail = [&](const std::string& in, std::exception_ptr e) {

@@ -50,9 +50,17 @@ void unregister_temporary(int slot) {
   if (slot >= 0) g_tmp_used[slot].store(false);
 }
 
-extern "C" void on_terminating_signal(int sig) {
+}  // namespace
+
+void remove_pending_temporaries() {
   for (int i = 0; i < kSlots; ++i)
     if (g_tmp_used[i].load()) ::unlink(g_tmp_paths[i]);
+}
+
+namespace {
+
+extern "C" void on_terminating_signal(int sig) {
+  remove_pending_temporaries();
   _exit(128 + sig);
 }
 
@@ -230,9 +238,17 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
   static std::atomic<unsigned> counter{0};
   std::random_device rd;
   for (int attempt = 0; attempt < 8 && fd_ < 0; ++attempt) {
-    tmp_ = (dir / ("." + target.filename().string() + temp_marker() + std::to_string(::getpid()) + "." +
-                   std::to_string(counter++) + std::to_string(rd() % 100000)))
-               .string();
+    // ".NAME.mimi-tmp.HOST.PID.N", NAME cut short where the whole would pass NAME_MAX (255 bytes):
+    // an output name of up to 255 bytes must be writable (the stale-temporary sweep reads only
+    // the part from the marker on)
+    const std::string suffix = temp_marker() + std::to_string(::getpid()) + "." + std::to_string(counter++) +
+                               std::to_string(rd() % 100000);
+    const std::string name = target.filename().string();
+    const size_t room = suffix.size() + 1 < 255 ? 255 - suffix.size() - 1 : 0;
+    std::string tmp_name(1, '.');
+    tmp_name.append(name, 0, std::min(room, name.size()));
+    tmp_name += suffix;
+    tmp_ = (dir / tmp_name).string();
     fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno != EEXIST) break;
   }

@@ -71,6 +71,10 @@ void write_all(int fd, const void* data, size_t n, const std::string& what);
 // SIGXFSZ are ignored so a closed pipe or a file-size limit is a write error (exit 5), not a kill.
 void install_signal_handlers();
 
+// Unlinks the temporaries being written (async-signal-safe): for every way the process can end
+// without unwinding (a signal, std::terminate, a library calling exit()).
+void remove_pending_temporaries();
+
 // Raises the soft limit on open files to at least `n` (within the hard limit) for commands that
 // hold many files open at once (--batch); never lowers it, never fails.
 void reserve_open_files(int n);

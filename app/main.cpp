@@ -7,6 +7,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <iostream>
 
 #include "app/bench.h"
@@ -59,6 +63,43 @@ int check_stdout(int code) {
   return code == kOk ? kOutputError : code;
 }
 
+// Ends that bypass main's error path. A library may end the process itself: libgomp calls exit(1)
+// when it cannot create its threads (ulimit -v, pids.max), and an exception escaping a worker
+// thread (std::bad_alloc in a reader) calls std::terminate. Both are reported in the tool's words
+// with its exit codes (75 for the machine), after removing the temporaries being written.
+std::atomic<bool> g_main_returned{false};
+void say(const char* msg) { (void)!::write(2, msg, std::strlen(msg)); }
+void on_foreign_exit() {
+  if (g_main_returned.load()) return;
+  remove_pending_temporaries();
+  say("mimi: error: a library ended the process (libgomp does when it cannot create threads: memory or "
+      "thread limits); a failure of the machine, not of the input; run again\n");
+  _exit(kEnvironment);
+}
+void on_terminate() {
+  remove_pending_temporaries();
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+      say("mimi: error: out of memory (a failure of the machine, not of the input; run again with more memory)\n");
+      _exit(kEnvironment);
+    } catch (const Error& err) {
+      say("mimi: error: ");
+      say(printable(err.what()).c_str());
+      say("\n");
+      _exit(exit_code_for(err.kind()));
+    } catch (const std::exception& err) {
+      say("mimi: error: internal error: ");
+      say(printable(err.what()).c_str());
+      say("\n");
+    } catch (...) {
+    }
+  }
+  say("mimi: error: internal error (std::terminate)\n");
+  _exit(kInternal);
+}
+
 const char* kExitCodes =
     "Exit codes: 0 ok, 2 usage error, 3 unreadable or malformed input, 4 weights/config missing, bad or\n"
     "mismatched, 5 output not written (exists without --force, or I/O error), 6 device not available,\n"
@@ -93,8 +134,18 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
 
 }  // namespace
 
+int run_main(int argc, char** argv);
+
 int main(int argc, char** argv) {
+  const int rc = run_main(argc, argv);
+  g_main_returned = true;  // from here on exit() is ours
+  return rc;
+}
+
+int run_main(int argc, char** argv) {
   reserve_standard_fds();
+  std::atexit(on_foreign_exit);
+  std::set_terminate(on_terminate);
   mimi::app::configure_openmp_wait(argv);  // first: may re-exec (app/threads_env.cpp)
   auto logger = spdlog::stderr_color_mt("mimi");
   spdlog::set_default_logger(logger);
@@ -308,7 +359,7 @@ int main(int argc, char** argv) {
     if (*g) return runner.gen_weights(gw_config, gw_dialect, gw_seed, gw_out);
     if (*dp) return ds::make_plan(ds_plan), kOk;
     if (*de) {
-      ds_enc.engine = {common.weights, common.config, common.device, common.threads};
+      ds_enc.engine = {common.weights, common.config, common.device, common.threads, Parts{}};
       ds_enc.quiet = common.quiet;
       return ds::encode_shard(ds_enc);
     }

@@ -68,7 +68,9 @@ void PcmReader::read_wav_header() {
   const size_t n = fill(h, 12, true);
   if (n == 0) throw Error(ErrorKind::Input, what_ + ": is empty (no audio)");
   if (n != 12 || !looks_like_wav(h, 12))
-    throw Error(ErrorKind::Input, what_ + ": not a WAV stream (use --raw-format for headerless PCM)");
+    // the --raw-format hint only where it can be followed: a stream on stdin (encode --stream -)
+    throw Error(ErrorKind::Input, what_ + (what_ == "stdin" ? ": not a WAV stream (use --raw-format for headerless PCM)"
+                                                            : ": not a WAV file (no RIFF/RF64 header)"));
   const bool rf64 = std::memcmp(h, "RF64", 4) == 0;
   uint64_t rf64_data = 0;
   bool have_fmt = false;

@@ -1,11 +1,28 @@
 #include "app/read_ahead.h"
 
 #include <algorithm>
+#include <system_error>
+
+#include "codec/error.h"
 
 namespace mimi::app {
 
 ReaderPool::ReaderPool(int threads) {
-  for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  try {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  } catch (const std::system_error& e) {
+    // a thread that cannot be created (EAGAIN: memory or thread limits): the ones already running
+    // are stopped and joined, or destroying them joinable would end the process (std::terminate)
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+    throw Error(errno_kind(e.code().value(), ErrorKind::Internal),
+                std::string("cannot start a reader thread: ") + e.what() + " (a failure of the machine; run again)");
+  }
 }
 
 ReaderPool::~ReaderPool() {

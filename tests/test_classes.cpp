@@ -1069,3 +1069,83 @@ TEST_CASE("classes: --threads beyond this machine warns and gives the same bytes
     }
   }
 }
+
+// ------------------------------------------------------------------------------------------
+// The first fresh probe's findings (issue 26), each swept as the class it belongs to.
+TEST_CASE("classes: probe findings (memory and descriptor limits, long names, misleading hints, shrunk items)") {
+  Sandbox box("clsprobe");
+  put_tone(box / "a.wav", 220);
+  put_tone(box / "long.wav", 330, SF_FORMAT_WAV | SF_FORMAT_PCM_16, 24000 * 12);
+  for (int i = 0; i < 4; ++i) copy_to(box / "a.wav", box / ("in" + std::to_string(i) + ".wav"));
+  SUBCASE("address-space limits: every outcome is 0 or 75, never libgomp's 1 or an abort") {
+    // between "nothing loads" and "everything fits": bad_alloc on the main thread, in a reader
+    // thread (std::terminate), and libgomp's exit(1) when it cannot create threads
+    for (int kb = 16000; kb <= 64000; kb += 4000) {
+      for (const char* cmd : {"mimi encode long.wav a.wav -o q/ -f -q", "mimi encode long.wav in0.wav --batch 2 -o qb/ -f -q"}) {
+        const Run r = box.sh("ulimit -v " + std::to_string(kb) + "; " + cmd);
+        CAPTURE(kb);
+        CAPTURE(cmd);
+        CAPTURE(r.err);
+        // 127: below what the dynamic loader needs to map mimi's libraries, before mimi runs
+        if (r.code == 127 && contains_ci(r.err, "error while loading shared libraries")) continue;
+        check_sane(r);
+        CHECK((r.code == 0 || r.code == 75));
+        for (const std::string& h : hidden(list_tree(box.dir))) CHECK_MESSAGE(false, "left behind: " << h);
+      }
+    }
+  }
+  SUBCASE("open-file limits: --batch never promises slots it cannot open; the dataset worker's own files are the machine's") {
+    for (int n = 4; n <= 12; ++n) {
+      const Run r = box.sh("ulimit -n " + std::to_string(n) + "; mimi encode in0.wav in1.wav in2.wav in3.wav --batch 4 -o ob" +
+                           std::to_string(n) + "/ -q");
+      CAPTURE(n);
+      CAPTURE(r.err);
+      // 127: the dynamic loader itself has no descriptor left (inherited ones count), before mimi runs
+      if (r.code == 127 && contains_ci(r.err, "error while loading shared libraries")) continue;
+      check_sane(r);
+      CHECK((r.code == 0 || r.code == 75));
+      if (r.code == 0) CHECK(list_tree(box / ("ob" + std::to_string(n))).size() == 4);
+    }
+    REQUIRE(box.sh("mkdir -p c && cp a.wav in1.wav c/ && mimi dataset plan c -o plan --shards 1 -q").code == 0);
+    for (int n = 3; n <= 8; ++n) {
+      const Run r = box.sh("ulimit -n " + std::to_string(n) + "; mimi dataset encode --plan plan --shard 0/1 -o ds" +
+                           std::to_string(n) + " -q");
+      CAPTURE(n);
+      CAPTURE(r.err);
+      check_sane(r);
+      if (r.code == 127 && contains_ci(r.err, "error while loading shared libraries")) continue;  // the loader's
+      CHECK((r.code == 0 || r.code == 75));
+    }
+  }
+  SUBCASE("an output name of up to 255 bytes is writable (its hidden temporary is cut, not the output)") {
+    for (size_t len : {200, 230, 245, 250}) {
+      const std::string stem(len - 5, 'y');
+      copy_to(box / "a.wav", box / (stem + ".wav"));
+      const Run r = box.sh("mimi encode " + stem + ".wav -o names/ -q");
+      CAPTURE(len);
+      CHECK_MESSAGE(r.code == 0, r.err);
+      CHECK(fs::exists(box / "names" / (stem + ".mimi")));
+    }
+  }
+  SUBCASE("random bytes named like audio: no hint that cannot be followed") {
+    for (const char* name : {"junk.wav", "junk.flac", "junk.ogg"}) {
+      std::string bytes(4096, '\0');
+      std::mt19937 rng{static_cast<unsigned>(seed())};
+      for (char& c : bytes) c = char(rng());
+      box.put(name, bytes);
+      const Run r = box.sh(std::string("mimi encode ") + name + " -o j/ -q");
+      CHECK(r.code == 3);
+      CHECK(error_names(r.err, name));
+      CHECK_MESSAGE(!contains_ci(r.err, "--raw-format"), r.err);
+    }
+  }
+  SUBCASE("a file shorter than planned is the item's error in the worker, as in verify") {
+    REQUIRE(box.sh("mkdir -p s && cp long.wav s/ && mimi dataset plan s -o splan --shards 1 -q").code == 0);
+    REQUIRE(box.sh("truncate -s 48044 s/long.wav").code == 0);  // 1 s of the 12 planned
+    const Run r = box.sh("mimi dataset encode --plan splan --shard 0/1 -o sds -q");
+    CHECK_MESSAGE(r.code == 0, r.err);
+    CHECK(box.sh("grep -q long sds/shards/shard-00000.errors.jsonl").code == 0);
+    const Run v = box.sh("mimi dataset verify sds -q");
+    CHECK_MESSAGE(v.code == 0, v.err);  // worker and verify agree: an error recorded, nothing short in the tar
+  }
+}

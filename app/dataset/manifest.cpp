@@ -463,7 +463,11 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
     }
   };
   std::vector<std::thread> pool;
-  for (int i = 0; i < std::max(1, std::min<int>(threads, int(files.size()))); ++i) pool.emplace_back(work);
+  try {
+    for (int i = 0; i < std::max(1, std::min<int>(threads, int(files.size()))); ++i) pool.emplace_back(work);
+  } catch (const std::system_error&) {  // no more threads (memory or thread limits): fewer probe them
+    if (pool.empty()) work();  // (this thread, then)
+  }
   for (auto& t : pool) t.join();
   if (fatal) std::rethrow_exception(fatal);
 

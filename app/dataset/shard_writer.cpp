@@ -27,7 +27,7 @@ using nlohmann::json;
 namespace {
 
 [[noreturn]] void fail(const std::string& what, const char* op) {
-  throw Error(ErrorKind::Output, what + ": " + op + " failed: " + std::strerror(errno));
+  throw sys_error(errno, ErrorKind::Output, what, std::string(op) + " failed");  // EMFILE: the machine (75)
 }
 
 void fsync_dir(const std::string& file) {

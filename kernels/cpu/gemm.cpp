@@ -43,7 +43,7 @@ Isa detect_isa() {
   if (!known || int(asked) < int(best)) {  // the enum runs from widest to narrowest
     std::fprintf(stderr, "mimi: error: MIMI_CPU_ISA=%s: %s (avx512, avx2 or baseline, up to what this CPU has)\n",
                  want, known ? "this CPU lacks it" : "unknown ISA");
-    std::exit(2);
+    std::_Exit(2);  // not exit(): mimi's atexit handler reads any exit() it did not make as a library failing (75)
   }
   return asked;
 }
