@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstring>
@@ -55,10 +56,31 @@ bool looks_like_audio(const uint8_t* p, size_t n) {
   return false;
 }
 
+bool looks_like_audio_name(std::string ext) {
+  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+  for (const char* a : {".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff", ".rf64", ".w64", ".caf"})
+    if (ext == a) return true;
+  return false;
+}
+
 // `--format F -o NAME.ext` where .ext names another token format: refused rather than writing
 // content that contradicts its extension.
-void check_format_matches_output(const std::string& flag, const std::string& out) {
-  if (flag.empty() || out.empty() || out == "-" || is_directory_target(out)) return;
+void check_format_matches_output(const std::string& flag, const std::string& out,
+                                 const std::vector<std::string>& inputs = {}) {
+  if (out.empty() || out == "-" || is_directory_target(out)) return;
+  for (const std::string& in : inputs) {  // -o the input itself: the output's own error says so (exit 5)
+    std::error_code ec;
+    if (in != "-" && fs::equivalent(in, out, ec)) return;
+  }
+  // a token file under another kind of name (x.wav, x.mp3) would mislead whatever reads it; an
+  // unknown extension needs --format; no extension is the default format; a device takes anything
+  const std::string ext = fs::path(out).extension().string();
+  std::error_code ec;
+  const bool device = fs::exists(out, ec) && !fs::is_regular_file(out, ec);
+  if (!ext.empty() && !format_from_extension(out) && !device && (flag.empty() || looks_like_audio_name(ext)))
+    throw Error(ErrorKind::Usage, out + ": not a token file name; token files are .mimi, .npy, .safetensors or .txt" +
+                                      std::string(flag.empty() && !looks_like_audio_name(ext) ? " (or give --format)" : ""));
+  if (flag.empty()) return;
   const auto by_ext = format_from_extension(out);
   const auto by_flag = parse_format(flag);
   if (by_ext && by_flag && *by_ext != *by_flag)
@@ -168,7 +190,7 @@ int App::run_each(const std::vector<std::string>& inputs, const std::string& out
 
 int App::encode(const EncodeOptions& o) {
   parts_ = {.encoder = true, .decoder = false};  // a decoder's weights would only take memory
-  check_format_matches_output(o.format, o.out);
+  check_format_matches_output(o.format, o.out, o.inputs);
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format describes a --stream input; add --stream (files carry their own header)");
   if (o.stream) {
@@ -429,7 +451,7 @@ int App::info(const std::vector<std::string>& files) {
 
 int App::convert(const ConvertOptions& o) {
   if (o.out.empty()) throw Error(ErrorKind::Usage, "convert needs -o OUTPUT");
-  check_format_matches_output(o.format, o.out);
+  check_format_matches_output(o.format, o.out, {o.input});
   set_protected_inputs({o.input});
   TokenFile t = read_token_input(o.input, o.recover);
   const TokenFormat fmt = token_format_for(o.format, o.out);

@@ -160,7 +160,7 @@ std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& chec
     if (b.size() + size_t(n) > limit) {
       if (regular) break;  // grew while being read: take what it held when opened
       throw Error(ErrorKind::Input, name + ": more than " + std::to_string(kMaxStreamedInputBytes >> 30) +
-                                        " GiB from a stream; not a token file");
+                                        " GiB from a stream; not an input mimi reads");
     }
     b.insert(b.end(), buf, buf + n);
     if (!checked && b.size() >= kPrefix) {
@@ -205,6 +205,16 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
     fd_ = 1;
     return;
   }
+  {  // one output per input: a/x.wav and b/x.wav into out/ never both land in out/x.mimi (with
+     // --force the later would silently replace the earlier; without, it races it)
+    OutputClaims& c = output_claims();
+    std::lock_guard<std::mutex> lock(c.mu);
+    std::error_code aec;
+    const fs::path abs = fs::absolute(path, aec);
+    if (c.on && !c.paths.insert(aec ? path : abs.lexically_normal().string()).second)
+      throw Error(ErrorKind::Output, path + ": already the output of another input of this command; not written "
+                                            "twice (inputs with the same name into one directory?)");
+  }
   struct stat st{};
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Output, path + ": is a directory");
@@ -216,16 +226,6 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
     if (protected_inputs().count({st.st_dev, st.st_ino}))
       throw Error(ErrorKind::Output, path + ": is an input of this command; refusing to overwrite it");
     if (!force) throw Error(ErrorKind::Output, path + ": exists (use --force to overwrite)");
-  }
-  {  // one output per input: a/x.wav and b/x.wav into out/ never both land in out/x.mimi (with
-     // --force the later would silently replace the earlier; without, it races it)
-    OutputClaims& c = output_claims();
-    std::lock_guard<std::mutex> lock(c.mu);
-    std::error_code aec;
-    const fs::path abs = fs::absolute(path, aec);
-    if (c.on && !c.paths.insert(aec ? path : abs.lexically_normal().string()).second)
-      throw Error(ErrorKind::Output, path + ": already the output of another input of this command; not written "
-                                            "twice (inputs with the same name into one directory?)");
   }
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");

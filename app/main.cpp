@@ -379,7 +379,9 @@ int run_main(int argc, char** argv) {
     code = kEnvironment;
   } catch (const std::system_error& err) {  // std::thread, std::filesystem: errno-carrying
     const ErrorKind k = errno_kind(err.code().value(), ErrorKind::Internal);
-    spdlog::error("{}{}", k == ErrorKind::Internal ? "internal error: " : "", err.what());
+    spdlog::error("{}{}{}", k == ErrorKind::Internal ? "internal error: " : "", err.what(),
+                  k == ErrorKind::Environment ? " (cannot start a thread or take a resource: a failure of the machine, "
+                                                "not of the input; run again)" : "");
     code = exit_code_for(k);
   } catch (const std::exception& err) {
     spdlog::error("internal error: {}", err.what());

@@ -1139,6 +1139,23 @@ TEST_CASE("classes: probe findings (memory and descriptor limits, long names, mi
       CHECK_MESSAGE(!contains_ci(r.err, "--raw-format"), r.err);
     }
   }
+  SUBCASE("second probe: token files never under audio or unknown names; collisions say so; a device is no manifest") {
+    for (const char* out : {"x.wav", "x.mp3", "x.flac", "x.bin"}) {
+      const Run r = box.sh(std::string("mimi encode a.wav -o ") + out + " -q");
+      CAPTURE(out);
+      CHECK(r.code == 2);
+      CHECK(!fs::exists(box / out));
+    }
+    CHECK(box.sh("mimi encode a.wav -o x.bin --format npy -q").code == 0);
+    REQUIRE(box.sh("mkdir -p d2 && cp a.wav d2/a.wav").code == 0);
+    const Run c = box.sh("mimi encode a.wav d2/a.wav -o coll/ -q");
+    CHECK(c.code == 5);
+    CHECK_MESSAGE(contains_ci(c.err, "another input"), c.err);
+    CHECK_MESSAGE(!contains_ci(c.err, "--force"), c.err);
+    const Run z = box.sh("timeout 20 mimi dataset plan /dev/zero -o pz --shards 1 -q");
+    CHECK(z.code == 3);
+    CHECK_MESSAGE(contains_ci(z.err, "device"), z.err);
+  }
   SUBCASE("a file shorter than planned is the item's error in the worker, as in verify") {
     REQUIRE(box.sh("mkdir -p s && cp long.wav s/ && mimi dataset plan s -o splan --shards 1 -q").code == 0);
     REQUIRE(box.sh("truncate -s 48044 s/long.wav").code == 0);  // 1 s of the 12 planned

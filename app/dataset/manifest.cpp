@@ -13,6 +13,8 @@
 #include <set>
 #include <mutex>
 #include <sstream>
+#include <sys/stat.h>
+
 #include <thread>
 
 #include "app/audio_io.h"
@@ -31,6 +33,10 @@ namespace {
 
 // A manifest's bytes, through the project's one input reader ("-": stdin), decoded to UTF-8 text.
 std::string read_text(const std::string& path) {
+  struct stat st{};
+  if (path != "-" && ::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) &&
+      path != "/dev/null")  // (/dev/null: an empty manifest)
+    throw Error(ErrorKind::Input, path + ": a device, not a manifest");
   const std::vector<uint8_t> b = read_input(path);
   return {b.begin(), b.end()};
 }
