@@ -173,7 +173,7 @@ int run_main(int argc, char** argv) {
   e->add_option("inputs", enc.inputs, "Audio files (WAV, FLAC, OGG, ... any rate, any channels); - for stdin")->required();
   e->add_option("-o,--output", enc.out, "Output file, DIR/ for one file per input, or - for stdout [default: beside each input]");
   e->add_option("--n-q", enc.n_q, "Codebooks to keep (1 semantic + N-1 acoustic), 1..32")->capture_default_str()->check(CLI::Range(1, 32));
-  e->add_option("--format", enc.format, "Token format: mimi, npy, safetensors, text [default: by output extension, else mimi]")
+  e->add_option("--format", enc.format, "Token format: mimi, npy, safetensors, text [default: by the output extension (.mimi .npy .safetensors .txt), mimi without one; another extension needs --format]")
       ->check(CLI::IsMember({"mimi", "npy", "safetensors", "text", "txt"}));
   e->add_flag("--split-channels", enc.split_channels,
               "Encode each channel separately (outputs <stem>.ch<i>.<ext>); by default channels are averaged to mono");
