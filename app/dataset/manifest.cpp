@@ -281,7 +281,9 @@ void check_unique(const std::vector<Item>& items, const std::vector<Manifest>& m
   std::map<std::string, std::vector<const Item*>> ids, keys;
   for (const Item& it : items) ids[it.id].push_back(&it), keys[it.key].push_back(&it);
   auto report = [&](const std::map<std::string, std::vector<const Item*>>& by, const char* what) {
-    for (const auto& [k, list] : by) {
+    for (const auto& entry : by) {  // (not a structured binding: clang 14 cannot capture one in a lambda)
+      const std::string& k = entry.first;
+      const std::vector<const Item*>& list = entry.second;
       if (list.size() < 2) continue;
       if (what[0] == 'k' && std::all_of(list.begin(), list.end(), [&](const Item* i) { return i->id == list[0]->id; }))
         continue;  // the same id twice: reported as such
