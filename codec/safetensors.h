@@ -64,9 +64,6 @@ class SafetensorsFile {
   // file, not a mix of two. No-op for bytes in memory.
   void check_unchanged() const;
 
-  // No-ops, kept for callers: nothing of a file stays mapped or resident once read.
-  void release(const std::string&) const {}
-  void release_all() const {}
 
  private:
   struct OpenFile;
