@@ -17,6 +17,8 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <cstdio>
 #include <memory>
 
@@ -156,8 +158,7 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   }
   if (path == "-" || !S_ISREG(st.st_mode)) {  // stdin, a FIFO, a device: read as it comes
     if (path != "-") {
-      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
+      fd = open_input(path);
       impl_->fd = fd;
     }
     std::vector<uint8_t> head(12);
@@ -186,8 +187,7 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
     impl_->io = vio();
     impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->mem);
   } else {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
+    fd = open_input(path);
     impl_->fd = fd;
     if (::fstat(fd, &st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot stat");
     impl_->file.fd = fd;
@@ -290,11 +290,13 @@ void downmix(const float* x, int64_t frames, int channels, int channel, float* m
     if (!ok) {
       int c = 0;
       while (std::fabs(f[c]) <= kMaxAbsSample) ++c;
-      const std::string kind = std::isnan(f[c]) ? "NaN" : std::isinf(f[c]) ? "infinite" : "out of range (" + std::to_string(f[c]) + ")";
-      char at[64];
+      char at[64], value[64];
       std::snprintf(at, sizeof at, "%.3f", double(first_frame + i) / rate);
+      std::snprintf(value, sizeof value, "%g", double(f[c]));
+      const std::string kind = std::isnan(f[c]) ? "NaN" : std::isinf(f[c]) ? "infinite" : value;
       throw Error(ErrorKind::Input, what + ": sample " + std::to_string(first_frame + i) + " (" + at + " s), channel " +
-                                        std::to_string(c) + " is " + kind + "; audio samples must be finite");
+                                        std::to_string(c) + " is " + kind + "; float samples must be finite and within +-" +
+                                        std::to_string(int(kMaxAbsSample)) + " (full scale is +-1)");
     }
     mono[i] = channel >= 0 ? f[channel] : s / float(channels);
   }
@@ -302,6 +304,17 @@ void downmix(const float* x, int64_t frames, int channels, int channel, float* m
 
 StreamResampler::StreamResampler(int from, int to) {
   if (from == to) return;
+  // libsoxr does not check every allocation it makes: under a memory limit soxr_create can use a
+  // failed malloc and crash (SIGSEGV, in its filter design). It needs under 1 MB (measured, VHQ,
+  // 1 Hz .. 384 kHz to 24 kHz), so 4 MB are asked for first: a refusal is the machine's failure
+  // (bad_alloc: exit 75, a dataset shard left to resume), not a crash. The write keeps the
+  // compiler from dropping the malloc/free pair.
+  if (void* headroom = std::malloc(size_t(4) << 20)) {
+    static_cast<volatile char*>(headroom)[0] = 0;
+    std::free(headroom);
+  } else {
+    throw std::bad_alloc();
+  }
   soxr_error_t err = nullptr;
   const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
   const soxr_quality_spec_t q = soxr_quality_spec(SOXR_VHQ, 0);

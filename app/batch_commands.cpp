@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "app/commands.h"
 #include "app/progress.h"
@@ -215,15 +216,20 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
     double t0 = 0;
   };
   std::map<size_t, std::unique_ptr<Open>> open;
-  size_t next_input = 0;
   OutputClaims claims;
   auto claim_output = [&](const std::string& path, const std::string& in) { claims.claim(path, in); };
-  // The next input that reads and checks: one plan decodes every file with the same codebooks,
-  // --n-q or the first file's count; a file holding another count fails (pass --n-q).
+  // One plan decodes its files with one codebook count: --n-q, or else the first file's count of
+  // the pass. A file holding another count is not an error: it waits for a later pass (one pass
+  // per count, in the order the counts first appear), so every file decodes as it does alone.
+  std::vector<size_t> todo(o.inputs.size());
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  std::vector<size_t> later;  // inputs of this pass that hold another count
+  size_t next = 0;            // into todo
   int n_q = o.n_q;
   auto take_next = [&]() -> std::unique_ptr<Open> {
-    while (next_input < o.inputs.size()) {
-      const std::string& in = o.inputs[next_input++];
+    while (next < todo.size()) {
+      const size_t index = todo[next++];
+      const std::string& in = o.inputs[index];
       try {
         auto f = std::make_unique<Open>();
         f->in = in;
@@ -231,9 +237,10 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
         f->t = read_token_input(in, o.recover);
         f->n_q = check_tokens(eng, f->t, o.n_q, -1, o.allow_weights_mismatch, in);
         if (n_q < 1) n_q = f->n_q;
-        if (f->n_q != n_q)
-          throw Error(ErrorKind::Input, in + ": " + std::to_string(f->n_q) + " codebooks, the batch decodes " +
-                                            std::to_string(n_q) + " (the first input's); pass --n-q to decode all with one count");
+        if (f->n_q != n_q) {  // read again in its own pass (not held: a corpus may have many)
+          later.push_back(index);
+          continue;
+        }
         f->path = output_path(in, o.out, ".wav");
         claim_output(f->path, in);
         f->out = std::make_unique<DecodedAudioWriter>(eng.config(), f->t, o, sf, f->path, common_.force, in, true);
@@ -244,49 +251,55 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
     }
     return nullptr;
   };
-  std::unique_ptr<Open> first = take_next();  // fixes n_q before the plan is built
-  if (!first) {
-    tally.report_failures(o.inputs.size());
-    return tally.code;
-  }
   size_t next_id = 0;
   tally.t_start = monotonic_seconds();
-  decode_batch(
-      eng, n_q, slots,
-      [&](CodesItem& item) {
-        std::unique_ptr<Open> f = first ? std::move(first) : take_next();
-        if (!f) return false;
-        item.id = next_id++;
-        item.codes = &f->t.codes;
-        open[item.id] = std::move(f);
-        return true;
-      },
-      [&](const CodesItem& item, const float* y, int64_t n) {
-        Open& f = *open.at(item.id);
-        if (!f.out) return;  // its writer failed: the rest of its samples go nowhere
-        try {
-          f.out->write(y, n);
-        } catch (...) {
-          f.out.reset();  // removes the temporary
-          fail(f.in, std::current_exception());
-        }
-      },
-      [&](const CodesItem& item) {
-        std::unique_ptr<Open> f = take(open, item.id);
-        if (!f->out) return;
-        try {
-          const DecodeResult d = f->out->finish();
-          report_decoded(f->in, f->path, f->t, f->n_q, d, monotonic_seconds() - f->t0);
-          tally.audio_s += double(d.samples) / d.rate;
-          ++tally.done;
-        } catch (...) {
-          fail(f->in, std::current_exception());
-        }
-      },
-      [&](size_t id, std::exception_ptr e) {
-        std::unique_ptr<Open> f = take(open, id);
-        fail(f->in, e);
-      });
+  for (bool first_pass = true; !todo.empty(); first_pass = false, todo = std::exchange(later, {}), next = 0) {
+    n_q = o.n_q;
+    std::unique_ptr<Open> first = take_next();  // fixes this pass's n_q before the plan is built
+    if (!first) {
+      if (first_pass && later.empty()) {
+        tally.report_failures(o.inputs.size());
+        return tally.code;
+      }
+      continue;
+    }
+    decode_batch(
+        eng, n_q, slots,
+        [&](CodesItem& item) {
+          std::unique_ptr<Open> f = first ? std::move(first) : take_next();
+          if (!f) return false;
+          item.id = next_id++;
+          item.codes = &f->t.codes;
+          open[item.id] = std::move(f);
+          return true;
+        },
+        [&](const CodesItem& item, const float* y, int64_t n) {
+          Open& f = *open.at(item.id);
+          if (!f.out) return;  // its writer failed: the rest of its samples go nowhere
+          try {
+            f.out->write(y, n);
+          } catch (...) {
+            f.out.reset();  // removes the temporary
+            fail(f.in, std::current_exception());
+          }
+        },
+        [&](const CodesItem& item) {
+          std::unique_ptr<Open> f = take(open, item.id);
+          if (!f->out) return;
+          try {
+            const DecodeResult d = f->out->finish();
+            report_decoded(f->in, f->path, f->t, f->n_q, d, monotonic_seconds() - f->t0);
+            tally.audio_s += double(d.samples) / d.rate;
+            ++tally.done;
+          } catch (...) {
+            fail(f->in, std::current_exception());
+          }
+        },
+        [&](size_t id, std::exception_ptr e) {
+          std::unique_ptr<Open> f = take(open, id);
+          fail(f->in, e);
+        });
+  }
   return tally.finish("decoded", slots, o.inputs.size());
 }
 

@@ -101,13 +101,9 @@ int run_bench(const BenchOptions& o) {
       const bool enc = r.direction == "encode";
       std::vector<Profile> profiles;
       double warm_flops = 0;
-      for (int i = 0; i <= o.runs; ++i) {  // run 0 warms up (builds the plan)
-        Profile p;
-        // the engine's own chunked path, with the profile attached to the plans it uses. On a
-        // GPU only the warm-up is profiled (for the FLOP count): a profiled step runs op by op,
-        // and the timed runs must replay their graphs.
-        engine.set_profile((o.stages && !on_gpu) || (on_gpu && i == 0) ? &p : nullptr);
-        const double t0 = monotonic_seconds();
+      // one run of the engine's own chunked path, with `p` attached to the plans it uses
+      auto run_once = [&](Profile* p) {
+        engine.set_profile(p);
         if (batch == 1) {  // outputs land in host memory, so the device is done
           if (enc) codes = engine.encode(pcm.data(), n, o.n_q);
           else engine.decode(codes);
@@ -140,8 +136,16 @@ int run_bench(const BenchOptions& o) {
                 [](const CodesItem&, const float*, int64_t) {}, [](const CodesItem&) {});
           }
         }
-        const double dt = (monotonic_seconds() - t0) / batch;  // per input: the table's rows are per input
         engine.set_profile(nullptr);
+        if (p) p->resolve();  // a GPU's stage times are events: read them once the run is done
+      };
+      for (int i = 0; i <= o.runs; ++i) {  // run 0 warms up (builds the plan)
+        Profile p;
+        // On a GPU only the warm-up is profiled here (for the FLOP count): a profiled step runs
+        // op by op, and the timed runs must replay their graphs.
+        const double t0 = monotonic_seconds();
+        run_once((o.stages && !on_gpu) || (on_gpu && i == 0) ? &p : nullptr);
+        const double dt = (monotonic_seconds() - t0) / batch;  // per input: the table's rows are per input
         if (i > 0) {
           r.times.push_back(dt);
           profiles.push_back(p);
@@ -153,6 +157,11 @@ int run_bench(const BenchOptions& o) {
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
       std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return r.times[a] < r.times[b]; });
       r.profile = profiles[order[order.size() / 2]];
+      if (on_gpu && o.gpu_stages) {  // the GPU's stage table: device events around each stage of one more run
+        Profile p;
+        run_once(&p);
+        r.profile = p;
+      }
       r.flops = (on_gpu ? warm_flops : r.profile.total_flops()) / batch;  // per input, like the times
       rows.push_back(r);
     }
@@ -244,11 +253,13 @@ int run_bench(const BenchOptions& o) {
     std::printf("\ngraphs%s: %llu steps captured, %llu replayed, %llu run op by op\n", o.graphs ? "" : " (--no-graphs)",
                 (unsigned long long)g.captured, (unsigned long long)g.replayed, (unsigned long long)g.uncaptured);
   }
-  if (o.stages && on_gpu)
-    std::printf("\n(no stage table on a GPU: the host-side stage timers would time kernel launches)\n");
-  if (o.stages && !on_gpu)
+  if (on_gpu ? o.gpu_stages : o.stages)
     for (const Row& r : rows) {
-      std::printf("\nstages, %s %.0f s (median run):\n", r.direction.c_str(), r.seconds);
+      if (on_gpu)  // device time between events around each stage, in one extra run op by op (no graphs)
+        std::printf("\nstages, %s %.0f s (device events, one run op by op; all %d slot(s)):\n", r.direction.c_str(),
+                    r.seconds, batch);
+      else
+        std::printf("\nstages, %s %.0f s (median run):\n", r.direction.c_str(), r.seconds);
       const double total = r.profile.total_seconds();
       for (const auto& [k, v] : r.profile.stages)
         std::printf("  %-22s %8.1f ms %5.1f%% %8.2f GFLOP %7.1f GFLOP/s\n", k.c_str(), v.seconds * 1e3,

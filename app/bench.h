@@ -21,7 +21,8 @@ struct BenchOptions {
   int64_t chunk_frames = EngineOptions{}.chunk_frames;  // the engine's default
   int64_t latency_frames = 250;  // frames pushed one at a time for the latency line (0 = skip)
   bool json = false;
-  bool stages = true;
+  bool stages = true;       // the CPU's stage table (host clock, the median run)
+  bool gpu_stages = false;  // on a GPU (--verbose): one more run, op by op, timed by device events
   bool graphs = true;  // on a GPU: capture and replay steady steps (codec/step_graph.h)
 };
 

@@ -368,13 +368,33 @@ int App::info(const std::vector<std::string>& files) {
     nlohmann::json devs = nlohmann::json::array();
     for (const DeviceDescription& d : list_devices())
       devs.push_back({{"device", d.device.str()}, {"name", d.name}, {"emulated", d.emulated}});
-    const nlohmann::json j = {{"kind", "build"}, {"version", MIMI_VERSION}, {"cpu_isa", cpu::gemm_isa()},
-                              {"cpu_threads", cpu::default_num_threads()}, {"gpu_backend", gpu_backend()},
-                              {"devices", devs}};
+    nlohmann::json j = {{"kind", "build"}, {"version", MIMI_VERSION}, {"cpu_isa", cpu::gemm_isa()},
+                        {"cpu_threads", cpu::default_num_threads()}, {"gpu_backend", gpu_backend()},
+                        {"devices", devs}};
+    if (const std::string why = gpu_unavailable(); !why.empty()) j["gpu_unavailable"] = why;
     std::cout << json_dump(j, common_.json ? -1 : 2) << std::endl;
     return kOk;
   }
   int code = kOk;
+  // stdout is always one JSON text: --json gives one object per line (JSON Lines); otherwise one
+  // file's object, or for several files one array of them (written as they come; a file that
+  // fails is left out, its error on stderr)
+  const bool array = !common_.json && files.size() > 1;
+  size_t printed = 0;
+  auto print = [&](const nlohmann::json& j) {
+    if (common_.json) {
+      std::cout << json_dump(j, -1) << std::endl;
+      return;
+    }
+    std::string s = json_dump(j, 2);
+    if (array) {  // indent the object one level inside the array
+      std::string in = "  ";
+      for (char ch : s) in += ch == '\n' ? std::string("\n  ") : std::string(1, ch);
+      s = (printed ? ",\n" : "[\n") + in;
+    }
+    std::cout << s << (array ? "" : "\n") << std::flush;
+    ++printed;
+  };
   for (const std::string& f : files) {
     try {
       const std::string what = f == "-" ? "stdin" : f;
@@ -422,7 +442,7 @@ int App::info(const std::vector<std::string>& files) {
           j["channels"] = a.channels;
           j["frames"] = a.frames;
           j["seconds"] = double(a.frames) / a.sample_rate;
-          std::cout << json_dump(j, common_.json ? -1 : 2) << std::endl;
+          print(j);
           continue;
         }
         const TokenFile t = read_tokens(bytes, *fmt, f, /*recover=*/true);
@@ -439,13 +459,14 @@ int App::info(const std::vector<std::string>& files) {
           if (code == kOk) code = kInputError;
         }
       }
-      std::cout << json_dump(j, common_.json ? -1 : 2) << std::endl;
+      print(j);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::Environment) throw;  // not this file's fault: stop (exit 75)
       spdlog::error("{}", e.what());
       if (code == kOk) code = exit_code_for(e.kind());
     }
   }
+  if (array) std::cout << (printed ? "\n]" : "[]") << std::endl;
   return code;
 }
 

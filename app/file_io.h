@@ -22,6 +22,12 @@ using PrefixCheck = std::function<void(const uint8_t* data, size_t n)>;
 // Whole file, or all of stdin for "-". Throws Error(Input) naming the path.
 std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& check = nullptr);
 
+// Opens an input file for reading (blocking reads); throws sys_error naming it. The one place
+// inputs are opened: a FIFO is opened without blocking on a writer, then waited on for data,
+// and after 2 s the wait is announced on stderr naming it (a stray FIFO in `encode dir/*`
+// would otherwise hang the run silently; like cat or sox, it is still read once a writer comes).
+int open_input(const std::string& path);
+
 // Paths the current command reads: an output that is one of them (same file, through any name) is
 // refused even with --force. Set once per command by the batch loop; from then on an OutputFile
 // also refuses a path this process has already opened as an output (two inputs, one output).

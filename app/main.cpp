@@ -26,6 +26,18 @@ using namespace mimi::app;
 
 namespace {
 
+// A number in [lo, hi]; unlike CLI::Range it refuses NaN (every comparison with NaN is false).
+CLI::Validator finite_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v) || !(v >= lo && v <= hi))
+          return "Value " + s + " not in range [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]";
+        return "";
+      },
+      "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
+}
+
 // Every message is one line however odd the file names in it: control characters (a newline in a
 // name) and bytes that are not UTF-8 are written as \xNN (app/json_bytes.h). The one place where
 // messages reach the terminal.
@@ -226,7 +238,9 @@ int run_main(int argc, char** argv) {
 
   CLI::App* i = app.add_subcommand("info", "Describe token, weights or audio files as JSON; with no file, this build "
                                           "and its devices (an emulated GPU says so)");
-  i->add_option("files", info_files, "Token, weights or audio files");
+  i->add_option("files", info_files,
+                "Token, weights or audio files: one JSON object (pretty), several: one JSON array of them; with "
+                "--json one object per line (JSON Lines)");
   add_common(i, common);
 
   CLI::App* c = app.add_subcommand("convert", "Convert a token file to another token format (lossless)");
@@ -248,20 +262,33 @@ int run_main(int argc, char** argv) {
 
   BenchOptions bench;
   CLI::App* b = app.add_subcommand("bench", "Time encode and decode (table of wall time, real-time factor, GFLOP/s, stages)");
-  b->add_option("--seconds", bench.seconds, "Input lengths in seconds")->capture_default_str()->delimiter(',');
-  b->add_option("--runs", bench.runs, "Timed runs per direction and length (after one warm-up)")->capture_default_str();
-  b->add_option("--n-q", bench.n_q, "Codebooks")->capture_default_str();
+  // every value checked here, so a typo is a usage error (exit 2), never a crash or an allocation
+  // of 1e9 seconds of signal reported as the machine's failure
+  b->add_option("--seconds", bench.seconds, "Input lengths in seconds, each in (0, 3600]")
+      ->capture_default_str()
+      ->delimiter(',')
+      ->check(finite_in(1e-3, 3600.0));
+  b->add_option("--runs", bench.runs, "Timed runs per direction and length (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  b->add_option("--n-q", bench.n_q, "Codebooks")->capture_default_str()->check(CLI::Range(1, 32));
   b->add_option("--weights", bench.weights, "Weights [default: the full-size PRNG test weights]");
   b->add_option("--config", bench.config, "Config for --weights");
   b->add_option("--input", bench.input, "Audio file, repeated to each length [default: a synthetic speech-like signal]");
-  b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str();
+  b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str()->check(CLI::Range(0, 1024));
   b->add_option("--device", bench.device, "cpu, ref, cuda[:i] or hip[:i]")->capture_default_str();
   b->add_option("--batch", bench.batch, "Inputs per timed run, at once in the slots of one batched plan (times are per input); also the slots of the latency steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")->capture_default_str();
+  b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(45000)));
   b->add_option("--latency-frames", bench.latency_frames, "Frames streamed one by one for the latency line (0 = skip)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(45000)));
+  b->add_flag("-v,--verbose", bench.gpu_stages,
+              "On a GPU: also the stage table, from device events around each stage of one more run op by op "
+              "(on the CPU the stage table is always printed)");
   b->add_flag("--json", bench.json, "One JSON object on stdout");
   b->add_flag("!--no-graphs", bench.graphs, "On a GPU: run every step op by op (no graph capture and replay)");
 
@@ -282,7 +309,7 @@ int run_main(int argc, char** argv) {
   dp->add_option("-o,--output", ds_plan.out, "Plan directory")->required();
   dp->add_option("--shards", ds_plan.shards, "Number of shards")->check(CLI::Range(1, 99999));
   dp->add_option("--shard-hours", ds_plan.shard_hours, "Hours of audio per shard (sets the number of shards)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_in(1e-6, 1e9));
   dp->add_option("--probe-threads", ds_plan.probe_threads, "Files whose headers are read at once [default: 4 per CPU]");
   dp->add_flag("--skip-bad", ds_plan.skip_bad,
                "Leave bad manifest entries out of the plan (each still printed; listed in PLAN/skipped.txt) "

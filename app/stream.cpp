@@ -29,9 +29,7 @@ int open_in(const std::string& p) {
   if (p == "-") return 0;
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) throw Error(ErrorKind::Input, p + ": is a directory");
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw sys_error(errno, ErrorKind::Input, p, "cannot open");
-  return fd;
+  return open_input(p);
 }
 
 struct InputFd {  // closes what it opened

@@ -8,25 +8,46 @@
 namespace mimi {
 namespace {
 
-#define MIMI_OP_TABLE(ns)                                                                         \
-  ns::gemm, ns::conv1d, ns::conv_transpose1d, ns::elu, ns::gelu_erf, ns::add_inplace, ns::bias_add,   \
-      ns::layer_scale_add, ns::layer_norm, ns::linear, ns::rope, ns::attention, ns::rvq_encode,     \
-      ns::rvq_decode
-#define MIMI_MEMORY_TABLE(ns)                                                                     \
-  ns::alloc, ns::alloc_i32, ns::release, ns::copy2d, ns::add2d, ns::fill, ns::upload, ns::download, \
-      ns::upload_i32, ns::download_i32
+// Every table by field name (a new field cannot shift the others into the wrong slots).
+#define MIMI_OP_TABLE(ns)                                                                              \
+  .gemm = ns::gemm, .conv1d = ns::conv1d, .conv_transpose1d = ns::conv_transpose1d, .elu = ns::elu,      \
+  .gelu_erf = ns::gelu_erf, .add_inplace = ns::add_inplace, .bias_add = ns::bias_add,                    \
+  .layer_scale_add = ns::layer_scale_add, .layer_norm = ns::layer_norm, .linear = ns::linear,            \
+  .rope = ns::rope, .attention = ns::attention, .rvq_encode = ns::rvq_encode, .rvq_decode = ns::rvq_decode
+#define MIMI_MEMORY_TABLE(ns)                                                                          \
+  .alloc = ns::alloc, .alloc_i32 = ns::alloc_i32, .release = ns::release, .copy2d = ns::copy2d,          \
+  .add2d = ns::add2d, .fill = ns::fill, .upload = ns::upload, .download = ns::download,                  \
+  .upload_i32 = ns::upload_i32, .download_i32 = ns::download_i32
 
-const Kernels kCpu{MIMI_OP_TABLE(cpu), cpu::resblock, MIMI_MEMORY_TABLE(cpu), true};
-const Kernels kRef{MIMI_OP_TABLE(ref), ref::resblock, MIMI_MEMORY_TABLE(cpu), true};
+const Kernels kCpu{MIMI_OP_TABLE(cpu), .resblock = cpu::resblock, MIMI_MEMORY_TABLE(cpu), .host_memory = true};
+const Kernels kRef{MIMI_OP_TABLE(ref), .resblock = ref::resblock, MIMI_MEMORY_TABLE(cpu), .host_memory = true};
 #ifdef MIMI_WITH_GPU_KERNELS
-const GraphOps kGpuGraphs{gpu::stream_create,       gpu::stream_destroy, gpu::set_stream,  gpu::capture_begin,
-                          gpu::capture_end,         gpu::capture_abort,  gpu::graph_launch, gpu::graph_destroy,
-                          gpu::stream_synchronize,  gpu::host_alloc,     gpu::host_free,    gpu::copy_to_device_async,
-                          gpu::copy_to_host_async,  gpu::event_create,   gpu::event_destroy, gpu::event_record,
-                          gpu::event_synchronize};
+const GraphOps kGpuGraphs{.stream_create = gpu::stream_create,
+                          .stream_destroy = gpu::stream_destroy,
+                          .set_stream = gpu::set_stream,
+                          .capture_begin = gpu::capture_begin,
+                          .capture_end = gpu::capture_end,
+                          .capture_abort = gpu::capture_abort,
+                          .graph_launch = gpu::graph_launch,
+                          .graph_destroy = gpu::graph_destroy,
+                          .stream_synchronize = gpu::stream_synchronize,
+                          .host_alloc = gpu::host_alloc,
+                          .host_free = gpu::host_free,
+                          .copy_to_device_async = gpu::copy_to_device_async,
+                          .copy_to_host_async = gpu::copy_to_host_async,
+                          .event_create = gpu::event_create,
+                          .event_destroy = gpu::event_destroy,
+                          .event_record = gpu::event_record,
+                          .event_synchronize = gpu::event_synchronize,
+                          .timing_event_create = gpu::timing_event_create,
+                          .event_record_current = gpu::event_record_current,
+                          .event_elapsed_ms = gpu::event_elapsed_ms};
 // no fused resblock on the GPU: the plans compose it from the ops
-const FusedOps kGpuFused{gpu::linear_gelu, gpu::linear_scale_add, gpu::layer_norm_linear};
-const Kernels kGpu{MIMI_OP_TABLE(gpu), nullptr, MIMI_MEMORY_TABLE(gpu), false, &kGpuGraphs, &kGpuFused};
+const FusedOps kGpuFused{.linear_gelu = gpu::linear_gelu,
+                         .linear_scale_add = gpu::linear_scale_add,
+                         .layer_norm_linear = gpu::layer_norm_linear};
+const Kernels kGpu{MIMI_OP_TABLE(gpu), .resblock = nullptr, MIMI_MEMORY_TABLE(gpu), .host_memory = false,
+                   .graphs = &kGpuGraphs, .fused = &kGpuFused};
 #endif
 
 }  // namespace
@@ -97,6 +118,18 @@ std::string gpu_backend() {
                          : std::string(gpu::vendor());
 #else
   return "none";
+#endif
+}
+
+std::string gpu_unavailable() {
+#ifdef MIMI_WITH_GPU_KERNELS
+  std::string why;
+  const int n = gpu::device_count(&why);
+  if (n > 0) return "";
+  return why.empty() ? std::string("0 ") + gpu::vendor() + " devices found"
+                     : std::string("the ") + gpu::vendor() + " runtime cannot count devices: " + why;
+#else
+  return "";
 #endif
 }
 

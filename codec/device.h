@@ -42,6 +42,10 @@ struct GraphOps {
   void (*event_destroy)(void* event);
   void (*event_record)(void* event, void* stream);
   void (*event_synchronize)(void* event);
+  // timing events, for profiles (codec/profile.h): marks on the calling thread's current stream
+  void* (*timing_event_create)();
+  void (*event_record_current)(void* event);
+  float (*event_elapsed_ms)(void* begin, void* end);  // waits for `end`
 };
 
 // Optional fused ops (kernels/gpu/ops.h): each gives bitwise the result of the ops it replaces,
@@ -100,6 +104,9 @@ struct DeviceDescription {
 };
 std::string gpu_backend();                     // "CUDA", "HIP", "CUDA (emulated ...)" or "none"
 std::vector<DeviceDescription> list_devices();  // cpu, ref, then every GPU present (never throws)
+// Why a build with a GPU backend sees no GPU (the runtime's own words, so an old driver does not
+// read as "0 devices"); "" when it sees one or has no GPU backend. Never throws.
+std::string gpu_unavailable();
 std::string describe(const Device& d);          // "cuda:0 (NVIDIA H200)"; the bare id when unknown
 
 }  // namespace mimi

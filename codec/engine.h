@@ -86,7 +86,12 @@ class Engine {
   DecodePlan& decode_plan(int64_t frames, int n_q, int slots = 1);
 
   // Per-stage timing for every plan the engine hands out from now on (nullptr: off).
-  void set_profile(Profile* p) { profile_ = p; }
+  // Attaches a profile to the plans this engine hands out (nullptr: none). On a GPU its stages
+  // are timed with device events: call p->resolve() after the run, before reading it.
+  void set_profile(Profile* p) {
+    profile_ = p;
+    if (p) p->device = kernels_->graphs;
+  }
 
   // Steps captured, replayed and run op by op on a backend with graphs, over every plan so far.
   const GraphStats& graph_stats() const { return graph_stats_; }

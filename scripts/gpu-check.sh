@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${MIMI_GPU_BUILD:-build-gpu}
-# A dry run of the whole script on a CPU machine (CI: tests/gpu_check_dry_test.sh):
+# A dry run of the whole script on a CPU machine (CI runs it through the bundle: tests/bundle_test.sh):
 # MIMI_GPU_CHECK_DEVICE=cpu MIMI_GPU_CHECK_CONFIG=tiny MIMI_GPU_BUILD=build
 DEV=${MIMI_GPU_CHECK_DEVICE:-cuda}
 CFG=${MIMI_GPU_CHECK_CONFIG:-full}

@@ -23,6 +23,19 @@ step() {
   fi
 }
 
+# check NAME CMD...: one scripted test (not ctest); counts as one passed or one failed test.
+check() {
+  local name=$1; shift
+  echo "=== $name"
+  if "$@"; then
+    record "$name" 1 0 0
+  else
+    echo "=== $name: FAILED"
+    record "$name" 0 1 0
+    return 1
+  fi
+}
+
 # suite NAME DIR CTEST_ARGS...: runs ctest in DIR and records its per-test results.
 suite() {
   local name=$1 dir=$2; shift 2

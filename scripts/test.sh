@@ -7,9 +7,11 @@
 #      graphs), kernel sweeps, golden tiny/tiny-window and full on its short cases, streaming and
 #      the CLI on --device cuda; then the kernel tests again under ThreadSanitizer (test-tsan.sh)
 #   4. fuzz smoke: every libFuzzer target (tests/fuzz/) for 20 s from its seeds
-#   5. the main build and its whole ctest suite (kernels, weights, engine, golden parity for tiny /
-#      tiny-window / full in both weight dialects, streaming, CLI, bad-input catalogue) - last, so
-#      its ctest summary is the last test-runner summary before the closing line.
+#   5. the main build (a CUDA build where nvcc is found: then also packed as the GPU bundle and run
+#      through the bundle's loader, tests/bundle_test.sh) and its whole ctest suite (kernels,
+#      weights, engine, golden parity for tiny / tiny-window / full in both weight dialects,
+#      streaming, CLI, bad-input catalogue) - last, so its ctest summary is the last test-runner
+#      summary before the closing line.
 # MIMI_TEST_QUICK=1 runs only step 5. Extra arguments go to the main ctest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +41,20 @@ if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
   fi
 fi
 
-step "main build" bash scripts/build.sh &&
-  suite main build --output-on-failure -j "${MIMI_TEST_JOBS:-1}" "$@"
+main_built=0
+step "main build" bash scripts/build.sh && main_built=1
+# The path the lent GPU machine runs (issue 27): the main build (a CUDA build where nvcc is found)
+# packed with its loader and libraries by scripts/gpu-bundle.sh, run through that loader here, and
+# gpu-check.sh's CPU dry run through it.
+if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
+  if [ $main_built = 1 ] && build/mimi info --json 2>/dev/null | grep -q '"gpu_backend":"CUDA"'; then
+    step "GPU bundle packing" env MIMI_GPU_BUNDLE_FROM=build bash scripts/gpu-bundle.sh &&
+      check "GPU bundle" bash tests/bundle_test.sh
+  else
+    echo "=== GPU bundle: the main build has no CUDA (no nvcc), skipped"
+    record "GPU bundle" 0 0 1
+  fi
+fi
+[ $main_built = 1 ] && suite main build --output-on-failure -j "${MIMI_TEST_JOBS:-1}" "$@"
 
 closing_line

@@ -313,7 +313,9 @@ TEST_CASE("gpu elementwise, layer norm, rope") {
     expect_close(d2.host(), c, 0, 1e-6);
   }
   for (RopeLayout layout : {RopeLayout::Interleaved, RopeLayout::RotateHalf})
-    for (auto [H, hd, T, off] : {std::array<int64_t, 4>{1, 2, 1, 0}, {8, 64, 100, 250}, {3, 6, 5, 7}}) {
+    for (auto [H, hd, T, off] : {std::array<int64_t, 4>{1, 2, 1, 0}, {8, 64, 100, 250}, {3, 6, 5, 7},
+                                        // angles past 1000 rad (a long stream's position), the largest head_dim
+                                        {1, 64, 3, 4000}, {1, 512, 2, 9}}) {
       auto x = random_vec(size_t(H * hd * T), r);
       auto y = x;
       const int32_t pos = int32_t(off);

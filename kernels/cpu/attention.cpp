@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -24,7 +25,9 @@ void attention(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, i
                float* out) {
   const int64_t blocks = (Tq + kBlock - 1) / kBlock;
   parallel_for(H * blocks, 1, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> st, mx, sum;  // grow-only scratch: no allocation in steady state
+    std::vector<float>& st = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<float>& mx = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<float>& sum = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only scratch: no allocation in steady state
     mx.resize(kBlock);
     sum.resize(kBlock);
     for (int64_t job = b; job < e; ++job) {

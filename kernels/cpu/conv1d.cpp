@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -183,7 +184,7 @@ void direct(const Conv1dShape& s, const float* x, const float* w, const float* b
       const int64_t n = std::min(chunk, end - t0);
       // this chunk's input window with its padding materialized: [Cin, span + (n-1)*stride]
       const int64_t L = (n - 1) * s.stride + s.span();
-      thread_local std::vector<float> win;
+      std::vector<float>& win = MIMI_THREAD_SCRATCH(std::vector<float>);
       win.resize(static_cast<size_t>(Cin * L));
       for (int64_t ci = 0; ci < Cin; ++ci) {
         const float* xr = x + ci * s.length_in;
@@ -223,7 +224,8 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   if (s.elu_input && !direct_path && !phase_path) {
     // The paths that do not fuse it: ELU once into a copy (im2col would repeat it K times),
     // then the plain conv.
-    thread_local std::vector<float> xe, ce;  // grow-only
+    std::vector<float>& xe = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<float>& ce = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only
     if (xe.size() < size_t(s.in_channels * Tin)) xe.resize(size_t(s.in_channels * Tin));
     if (ctx && ce.size() < size_t(s.in_channels * P)) ce.resize(size_t(s.in_channels * P));
     float *xp = xe.data(), *cp = ce.data();  // (thread_local: name them here)
@@ -248,7 +250,7 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     return;
   }
   if (T_out <= kWhole) {
-    thread_local std::vector<float> col;  // [Cin_g*K, T_out], grow-only
+    std::vector<float>& col = MIMI_THREAD_SCRATCH(std::vector<float>);  // [Cin_g*K, T_out], grow-only
     if (col.size() < size_t(rows * T_out)) col.resize(size_t(rows * T_out));
     float* colp = col.data();  // (thread_local: name it here, workers have their own)
     for (int64_t g = 0; g < s.groups; ++g) {
@@ -264,14 +266,14 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   }
   const int64_t tiles = (T_out + kTile - 1) / kTile;
   const bool pairs = phase_path && s.groups == 1 && K == 2 * s.stride;  // see PairWeights
-  thread_local PairWeights pw;
+  PairWeights& pw = MIMI_THREAD_SCRATCH(PairWeights);
   if (pairs) pair_weights(s, w, pw);
   const PairWeights& pwr = pw;  // (thread_local: name it here, workers have their own)
   parallel_for(tiles * s.groups, 1, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> pair_scratch;
-    thread_local std::vector<const float*> pair_rows;
-    thread_local std::vector<float> col;  // [Cin_g*K, kTile], or the phases [Cin_g, S, V]
-    thread_local std::vector<const float*> brows;  // [Cin_g*K]: im2col rows read in place
+    std::vector<float>& pair_scratch = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<const float*>& pair_rows = MIMI_THREAD_SCRATCH(std::vector<const float*>);
+    std::vector<float>& col = MIMI_THREAD_SCRATCH(std::vector<float>);  // [Cin_g*K, kTile], or the phases [Cin_g, S, V]
+    std::vector<const float*>& brows = MIMI_THREAD_SCRATCH(std::vector<const float*>);  // [Cin_g*K]: im2col rows read in place
     col.resize(static_cast<size_t>(phase_path ? cin_g * s.stride * (kTile + K) : rows * kTile));
     brows.resize(static_cast<size_t>(rows));
     for (int64_t job = b; job < e; ++job) {

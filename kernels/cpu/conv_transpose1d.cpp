@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -28,8 +29,9 @@ void pair_tile(const ConvTranspose1dShape& s, const float* A, const float* psum,
                int64_t n, int64_t T_out, const float* bias, float* y) {
   const int64_t S = s.stride, Cin = s.in_channels, Cout = s.out_channels, Tin = s.length_in, M = S * Cout;
   const int64_t np = n / 2;
-  thread_local std::vector<float> buf, edge;  // grow-only
-  thread_local std::vector<const float*> rows;
+  std::vector<float>& buf = MIMI_THREAD_SCRATCH(std::vector<float>);
+  std::vector<float>& edge = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only
+  std::vector<const float*>& rows = MIMI_THREAD_SCRATCH(std::vector<const float*>);
   buf.resize(size_t(3 * Cin * np + 2 * M * np + M));
   float* e = buf.data();       // [Cin, np] x[t]           (t = t0 + 2u)
   float* d1 = e + Cin * np;    // [Cin, np] x[t-1] - x[t]
@@ -85,7 +87,7 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
   // All phases stacked into one A [S*Cout, m*Cin]: A[(r, co), (j, ci)] = W[ci, co, r + j*S], zero
   // where r + j*S >= K (none for Mimi, whose K = 2S). One GEMM per tile then packs the shared
   // shifted-input matrix once for all S phases instead of once per phase.
-  thread_local std::vector<float> A_store;  // grow-only
+  std::vector<float>& A_store = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only
   if (A_store.size() < size_t(S * Cout * m * Cin)) A_store.resize(size_t(S * Cout * m * Cin));
   float* A = A_store.data();  // (thread_local: name it here, workers have their own)
   // Repacked by 16 x 16 blocks of (co, ci): each ci's 16 * K taps are one contiguous run of w,
@@ -119,7 +121,7 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
   // four (Karatsuba, as conv1d's output pairs): m2 = (P0 + P1) x[t], Z[t] = m2 + P1 (x[t-1] -
   // x[t]), Z[t+1] = m2 + P0 (x[t+1] - x[t]). Psum [S*Cout, Cin] = P0 + P1.
   const bool pairs = m == 2;
-  thread_local std::vector<float> psum_store;  // grow-only
+  std::vector<float>& psum_store = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only
   if (pairs) {
     if (psum_store.size() < size_t(S * Cout * Cin)) psum_store.resize(size_t(S * Cout * Cin));
     float* ps = psum_store.data();
@@ -132,8 +134,9 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
   const int64_t cols = (T_out + S - 1) / S;  // phase-0 columns; other phases have as many or one less
   const int64_t tiles = (cols + kPolyTile - 1) / kPolyTile;
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> B, out;
-    thread_local std::vector<const float*> rows;  // B row (j, ci)
+    std::vector<float>& B = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<float>& out = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<const float*>& rows = MIMI_THREAD_SCRATCH(std::vector<const float*>);  // B row (j, ci)
     for (int64_t i = b; i < e; ++i) {
       const int64_t t0 = i * kPolyTile, n = std::min(kPolyTile, cols - t0);
       if (pairs) {
@@ -214,7 +217,7 @@ void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float
   // W [Cin, Cout*K] is the transposed A operand of Z = W^T x.
   const int64_t M = s.out_channels * K;
 
-  thread_local std::vector<float> z;  // [Cout*K, tile], grow-only
+  std::vector<float>& z = MIMI_THREAD_SCRATCH(std::vector<float>);  // [Cout*K, tile], grow-only
   for (int64_t t0 = 0; t0 < Tin; t0 += kTile) {
     const int64_t n = std::min(kTile, Tin - t0);
     if (z.size() < size_t(M * n)) z.resize(size_t(M * n));

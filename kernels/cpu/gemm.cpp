@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -211,7 +212,7 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
     // transformer GEMM at 2 threads (N = 128 columns, K = 2048: 1 MB packed per 66-row slab).
     const PackedB& pb = packed_b_fns();
     const int64_t blocks = pb.blocks(N, K), block_floats = pb.block_floats();
-    thread_local std::vector<float> bp_store;  // grow-only
+    std::vector<float>& bp_store = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only
     if (bp_store.size() < size_t(blocks * block_floats)) bp_store.resize(size_t(blocks * block_floats));
     float* bp = bp_store.data();  // (thread_local: named here, workers have their own)
     parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) { pb.pack(N, K, B, ldb, b0, b1, bp); });

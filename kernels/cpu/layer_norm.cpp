@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -12,7 +13,8 @@ void layer_norm(int64_t C, int64_t T, const float* x, const float* gamma, const 
                 float eps, float* y) {
   parallel_for(T, 64, [&](int64_t t0, int64_t t1) {
     const int64_t n = t1 - t0;
-    thread_local std::vector<float> mean, rstd;  // grow-only
+    std::vector<float>& mean = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<float>& rstd = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only
     mean.assign(size_t(n), 0.0f);
     rstd.assign(size_t(n), 0.0f);
     for (int64_t c = 0; c < C; ++c)

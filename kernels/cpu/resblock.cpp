@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -36,7 +37,7 @@ void resblock(const ResBlockShape& s, const float* w1, const float* b1, const fl
   if (T <= 0) return;
   const int64_t tile = tile_columns(C, T);
   const int64_t tiles = (T + tile - 1) / tile;
-  thread_local std::vector<float> snap;  // [tiles, C, P]: raw x left of each tile
+  std::vector<float>& snap = MIMI_THREAD_SCRATCH(std::vector<float>);  // [tiles, C, P]: raw x left of each tile
   if (snap.size() < size_t(tiles * C * P)) snap.resize(size_t(tiles * C * P));
   float* sn = snap.data();  // (thread_local: name it here, workers have their own)
   for (int64_t i = 0; i < tiles; ++i)
@@ -46,8 +47,9 @@ void resblock(const ResBlockShape& s, const float* w1, const float* b1, const fl
         sn[(i * C + c) * P + j] = idx >= 0 ? x[c * T + idx] : (context ? context[c * P + P + idx] : 0.0f);
       }
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> win, h;
-    thread_local std::vector<const float*> rows;  // im2col row (c, k) = window row c from k*d
+    std::vector<float>& win = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<float>& h = MIMI_THREAD_SCRATCH(std::vector<float>);
+    std::vector<const float*>& rows = MIMI_THREAD_SCRATCH(std::vector<const float*>);  // im2col row (c, k) = window row c from k*d
     for (int64_t i = b; i < e; ++i) {
       const int64_t t0 = i * tile, n = std::min(tile, T - t0), L = P + n, ldh = n + kHiddenPad;
       win.resize(size_t(C * L));

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/threads.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -13,7 +14,8 @@ void rope(int64_t H, int64_t hd, int64_t T, const int32_t* position, float max_p
   const int64_t offset = *position;
   const int64_t half = hd / 2;
   const float coef = float(-std::log(double(max_period)) * 2.0 / double(hd));
-  thread_local std::vector<float> cos_t, sin_t;  // [hd/2, T], grow-only
+  std::vector<float>& cos_t = MIMI_THREAD_SCRATCH(std::vector<float>);
+  std::vector<float>& sin_t = MIMI_THREAD_SCRATCH(std::vector<float>);  // [hd/2, T], grow-only
   if (cos_t.size() < size_t(half * T)) cos_t.resize(size_t(half * T)), sin_t.resize(size_t(half * T));
   float* cosp = cos_t.data();  // (thread_local: name them here, workers have their own)
   float* sinp = sin_t.data();

@@ -111,7 +111,11 @@ struct mimi_emu_graph_exec {
   std::vector<std::function<cudaError_t()>> work;
 };
 using cudaStream_t = mimi_emu_stream*;
-using cudaEvent_t = struct mimi_emu_event*;
+struct mimi_emu_event {  // only timing events exist as objects (no-timing ones are nullptr)
+  std::chrono::steady_clock::time_point at;
+  bool recorded = false;
+};
+using cudaEvent_t = mimi_emu_event*;
 using cudaGraph_t = mimi_emu_graph*;
 using cudaGraphExec_t = mimi_emu_graph_exec*;
 

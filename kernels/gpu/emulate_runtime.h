@@ -194,8 +194,26 @@ inline cudaError_t EventCreate(cudaEvent_t* e) {
   *e = nullptr;
   return cudaSuccess;
 }
-inline cudaError_t EventDestroy(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t EventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+// A timing event holds the host time of its record: the emulator runs each launch when it is
+// submitted, so that is when the work before it finished (outside a capture).
+inline cudaError_t EventCreateTiming(cudaEvent_t* e) {
+  *e = new mimi_emu_event{};
+  return cudaSuccess;
+}
+inline cudaError_t EventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t EventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (e) e->at = std::chrono::steady_clock::now(), e->recorded = true;
+  return cudaSuccess;
+}
+inline cudaError_t EventElapsedTime(float* ms, cudaEvent_t begin, cudaEvent_t end) {
+  if (!begin || !end) return set_error(cudaErrorInvalidResourceHandle);
+  if (!begin->recorded || !end->recorded) return set_error(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->at - begin->at).count();
+  return cudaSuccess;
+}
 inline cudaError_t EventSynchronize(cudaEvent_t) {
   return refused_during_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }

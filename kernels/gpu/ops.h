@@ -67,5 +67,11 @@ void* event_create();
 void event_destroy(void* event);
 void event_record(void* event, void* stream);
 void event_synchronize(void* event);
+// Timing events (profiling only: per-stage device times in `mimi bench --verbose`):
+// event_record_current marks the calling thread's current stream; event_elapsed_ms waits for
+// `end` and gives the device time between the two marks. Destroy with event_destroy.
+void* timing_event_create();
+void event_record_current(void* event);
+float event_elapsed_ms(void* begin, void* end);
 
 }  // namespace mimi::gpu

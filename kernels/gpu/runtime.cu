@@ -100,6 +100,20 @@ void event_record(void* event, void* stream) {
   check(gpuEventRecord(static_cast<gpuEvent_t>(event), as_stream(stream)), "event record");
 }
 void event_synchronize(void* event) { check(gpuEventSynchronize(static_cast<gpuEvent_t>(event)), "event synchronize"); }
+void* timing_event_create() {
+  gpuEvent_t e = nullptr;
+  check(gpuEventCreateTiming(&e), "timing event create");
+  return e;
+}
+void event_record_current(void* event) {
+  check(gpuEventRecord(static_cast<gpuEvent_t>(event), current_stream()), "event record");
+}
+float event_elapsed_ms(void* begin, void* end) {
+  check(gpuEventSynchronize(static_cast<gpuEvent_t>(end)), "event synchronize");
+  float ms = 0;
+  check(gpuEventElapsedTime(&ms, static_cast<gpuEvent_t>(begin), static_cast<gpuEvent_t>(end)), "event elapsed time");
+  return ms;
+}
 
 namespace {
 void* zeroed(size_t bytes) {

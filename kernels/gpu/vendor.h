@@ -51,6 +51,8 @@
 #define gpuEventRecord mimi_emu::EventRecord
 #define gpuEventSynchronize mimi_emu::EventSynchronize
 #define gpuEventDestroy mimi_emu::EventDestroy
+#define gpuEventCreateTiming(e) mimi_emu::EventCreateTiming(e)
+#define gpuEventElapsedTime mimi_emu::EventElapsedTime
 #define gpuFreeHost mimi_emu::FreeHost
 #define MIMI_WARP_FULL_MASK mimi_emu_full_mask()
 // kernel<<<grid, block, shmem, stream>>>(args...)
@@ -98,6 +100,8 @@
 #define gpuEventRecord hipEventRecord
 #define gpuEventSynchronize hipEventSynchronize
 #define gpuEventDestroy hipEventDestroy
+#define gpuEventCreateTiming(e) hipEventCreate(e)
+#define gpuEventElapsedTime hipEventElapsedTime
 #define gpuFreeHost hipHostFree
 #define MIMI_WARP_FULL_MASK 0xffffffffffffffffull
 #else
@@ -140,6 +144,8 @@
 #define gpuEventRecord cudaEventRecord
 #define gpuEventSynchronize cudaEventSynchronize
 #define gpuEventDestroy cudaEventDestroy
+#define gpuEventCreateTiming(e) cudaEventCreate(e)
+#define gpuEventElapsedTime cudaEventElapsedTime
 #define gpuFreeHost cudaFreeHost
 #define MIMI_WARP_FULL_MASK 0xffffffffu
 #endif

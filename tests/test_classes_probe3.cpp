@@ -1,0 +1,198 @@
+// The third fresh probe's findings (issue 26), each swept as the class it belongs to (the dataset
+// bookkeeping ones are in tests/dataset/, the weights/config sources in test_weights.cpp, decode
+// --batch over mixed codebook counts in test_cli.cpp):
+//   - a memory limit that lands inside libsoxr's resampler set-up (it crashed: SIGSEGV) -> 75
+//   - bench options: every bad value is a usage error (a crash, exit 70 and exit 75 before)
+//   - a FIFO with no writer among the inputs is named on stderr while it is waited for
+//   - `info` over several files is one JSON document
+//   - a float sample beyond the accepted range is named as such, with the limit
+#include <doctest/doctest.h>
+#include <sndfile.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/cli.h"
+
+using namespace mimi::test;
+
+namespace {
+
+// The invariants of every run: finished, no crash, no internal error.
+void check_sane(const Run& r) {
+  CHECK_MESSAGE(!r.timed_out, "did not finish within the time limit");
+  CHECK_MESSAGE(!(r.code > 128 && r.code < 160), "died by signal ", r.code - 128);
+  CHECK_MESSAGE(r.code != 70, "exit 70 (internal error) for a bad input or environment");
+  CHECK_MESSAGE(!contains_ci(r.err, "terminate called"), "uncaught exception");
+}
+
+std::vector<float> sine(double hz, int64_t frames, int channels, int rate) {
+  std::vector<float> v(size_t(frames * channels));
+  for (int64_t i = 0; i < frames; ++i)
+    for (int c = 0; c < channels; ++c) v[size_t(i * channels + c)] = float(0.3 * std::sin(2 * M_PI * hz * double(i) / rate));
+  return v;
+}
+
+// Runs `cmd` under `ulimit -v kb`; 127 with the loader's message means below what the dynamic
+// loader needs to map the libraries, before mimi runs (not mimi's outcome).
+Run limited(const Sandbox& box, int kb, const std::string& cmd) {
+  return box.sh("ulimit -v " + std::to_string(kb) + "; " + cmd);
+}
+bool loader_failed(const Run& r) { return r.code == 127 && contains_ci(r.err, "error while loading shared libraries"); }
+
+}  // namespace
+
+TEST_CASE("classes: memory limits around the resampler's set-up give 0 or 75, never a crash") {
+  Sandbox box("clsp3mem");
+  // resampled inputs (16 kHz stereo, 44.1 kHz mono), as a file and as a dataset item
+  write_wav(box / "x16.wav", sine(300, 16000 * 6, 2, 16000), 16000, 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  write_wav(box / "y44.wav", sine(200, 44100 * 3, 1, 44100), 44100, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  box.put("list.txt", "x16.wav\ny44.wav\n");
+  REQUIRE(box.sh("mimi dataset plan list.txt -o plan --shards 1 -q").code == 0);
+  const std::vector<std::string> cmds = {"rm -rf out; mimi dataset encode --plan plan --shard 0/1 -o out -q",
+                                         "mimi encode x16.wav y44.wav -o q/ -f -q",
+                                         "mimi encode x16.wav y44.wav --batch 2 -o qb/ -f -q"};
+  for (const std::string& cmd : cmds) {
+    CAPTURE(cmd);
+    // Where each allocation fails depends on the binary, and the outcome is not monotonic in the
+    // limit (threads, arenas): a coarse sweep of 16-160 MB in 3 MB steps, and a fine one (125 KB,
+    // the crash showed in a 250 KB window) over the 8 MB below a limit that works, found by bisection.
+    int lo = 4000, hi = 400000;  // lo fails, hi works (KB)
+    REQUIRE(limited(box, hi, cmd).code == 0);
+    while (hi - lo > 125) {
+      const int mid = (lo + hi) / 2;
+      (limited(box, mid, cmd).code == 0 ? hi : lo) = mid;
+    }
+    std::vector<int> limits;
+    for (int kb = 16000; kb <= 160000; kb += 3000) limits.push_back(kb);
+    for (int kb = hi; kb >= std::max(4000, hi - 8000); kb -= 125) limits.push_back(kb);
+    int outcomes[256] = {0};
+    for (const int kb : limits) {
+      const Run r = limited(box, kb, cmd);
+      CAPTURE(kb);
+      CAPTURE(r.err);
+      if (loader_failed(r)) continue;
+      check_sane(r);
+      CHECK_MESSAGE((r.code == 0 || r.code == 75), "exit ", r.code);
+      ++outcomes[r.code & 255];
+    }
+    MESSAGE(cmd << ": works from " << hi << " KB; below it 0 x" << outcomes[0] << ", 75 x" << outcomes[75]);
+  }
+}
+
+TEST_CASE("classes: every bad bench option value is a usage error (exit 2) before any work") {
+  Sandbox box("clsp3bench");
+  const std::vector<std::string> bad = {"--runs 0",        "--runs -2",        "--runs x",         "--seconds -1",
+                                        "--seconds 0",     "--seconds nan",    "--seconds inf",    "--seconds 1e9",
+                                        "--seconds 1,nan", "--seconds ''",     "--chunk -1",       "--chunk 1e12",
+                                        "--latency-frames -5", "--n-q 0",     "--n-q 33",         "--batch 0",
+                                        "--batch 5000",    "--threads -1",     "--threads 99999"};
+  for (const std::string& a : bad) {
+    CAPTURE(a);
+    const Run r = box.sh("mimi bench " + a + " --weights \"$MIMI_WEIGHTS\" --latency-frames 0", 60);
+    check_sane(r);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());  // refused before any table line
+  }
+  // and the edge values that are fine still run
+  const Run ok = box.sh("mimi bench --runs 1 --seconds 0.5 --chunk 0 --latency-frames 0 --weights \"$MIMI_WEIGHTS\"", 120);
+  CHECK(ok.code == 0);
+}
+
+TEST_CASE("classes: a FIFO among the inputs is named while it is waited for, and read once a writer comes") {
+  Sandbox box("clsp3fifo");
+  write_wav(box / "a.wav", sine(220, 24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(mkfifo((box / "f.wav").c_str(), 0600) == 0);
+  // no writer ever: the run waits (like cat), but says which input it waits for
+  const Run stuck = box.sh("timeout -s KILL 5 mimi encode f.wav a.wav -o out/", 30);
+  CHECK(stuck.code == 137);
+  CHECK(stuck.err.find("f.wav") != std::string::npos);
+  CHECK(contains_ci(stuck.err, "waiting for its writer"));
+  // a writer that comes after the warning: both inputs encoded, the FIFO's codes those of its bytes
+  const Run late = box.sh("(sleep 3; cat a.wav > f.wav) & mimi encode f.wav a.wav -o late/ -q; rc=$?; wait; exit $rc", 60);
+  CHECK(late.code == 0);
+  CHECK(slurp(box / "late/f.mimi") == slurp(box / "late/a.mimi"));
+  // token inputs and the --stream path take the same way in
+  REQUIRE(box.sh("mimi encode a.wav -o a.mimi -q").code == 0);
+  for (const std::string& cmd : {std::string("mimi decode f.wav -o d.wav -f"), std::string("mimi info f.wav"),
+                                 std::string("mimi encode --stream f.wav -o s.mimi -f")}) {
+    CAPTURE(cmd);
+    const Run r = box.sh("timeout -s KILL 4 " + cmd, 30);
+    CHECK(r.code == 137);
+    CHECK(r.err.find("f.wav") != std::string::npos);
+  }
+}
+
+TEST_CASE("classes: info prints one JSON document for any number of files, bad ones left out") {
+  Sandbox box("clsp3info");
+  write_wav(box / "a.wav", sine(220, 12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode a.wav -o a.mimi -q && mimi encode a.wav -o a.npy -q").code == 0);
+  box.put("junk.bin", "neither");
+  const std::vector<std::string> pool = {"a.wav", "a.mimi", "a.npy", "junk.bin", "\"$MIMI_WEIGHTS\""};
+  uint32_t seed = 3;
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<std::string> files;
+    const int n = 1 + trial % 4;
+    for (int i = 0; i < n; ++i) {
+      seed = seed * 1103515245u + 12345u;
+      files.push_back(pool[(seed >> 16) % pool.size()]);
+    }
+    std::string args;
+    int good = 0;
+    for (const std::string& f : files) args += " " + f, good += f != "junk.bin";
+    CAPTURE(args);
+    for (const char* mode : {"", " --json"}) {
+      CAPTURE(mode);
+      const Run r = box.sh("mimi info" + args + mode);
+      check_sane(r);
+      CHECK(r.code == (good == n ? 0 : 3));
+      if (*mode) {  // JSON Lines: one object per good file
+        int lines = 0;
+        for (size_t p = 0; p < r.out.size(); p = r.out.find('\n', p) + 1) {
+          const size_t e = r.out.find('\n', p);
+          if (e == std::string::npos) break;
+          CHECK_NOTHROW(nlohmann::json::parse(r.out.substr(p, e - p)));
+          ++lines;
+        }
+        CHECK(lines == good);
+        continue;
+      }
+      if (n == 1 && good == 0) {  // the one file is bad: nothing on stdout
+        CHECK(r.out.empty());
+        continue;
+      }
+      nlohmann::json j;
+      REQUIRE_NOTHROW(j = nlohmann::json::parse(r.out));
+      if (n == 1) {
+        CHECK(j.is_object());
+      } else {
+        REQUIRE(j.is_array());
+        CHECK(int(j.size()) == good);
+      }
+    }
+  }
+}
+
+TEST_CASE("classes: a float sample out of range is refused naming the value and the limit") {
+  Sandbox box("clsp3float");
+  for (float v : {5000.0f, -1001.0f, 1e30f}) {
+    std::vector<float> x = sine(220, 2400, 1, 24000);
+    x[1234] = v;
+    write_wav(box / "f.wav", x, 24000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+    const Run r = box.sh("mimi encode f.wav -o f.mimi -f");
+    CAPTURE(v);
+    CAPTURE(r.err);
+    CHECK(r.code == 3);
+    CHECK(r.err.find("sample 1234") != std::string::npos);
+    CHECK(r.err.find("1000") != std::string::npos);
+    CHECK(!contains_ci(r.err, "must be finite;"));
+  }
+  // within the range: accepted as is (float audio louder than full scale is clipped by no one)
+  std::vector<float> x = sine(220, 2400, 1, 24000);
+  x[10] = 999.0f;
+  write_wav(box / "g.wav", x, 24000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
+  CHECK(box.sh("mimi encode g.wav -o g.mimi -q").code == 0);
+}
