@@ -1,5 +1,8 @@
 #include "app/weights_locate.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 
@@ -17,15 +20,22 @@ std::string in_dir(const fs::path& d) {
   return "";
 }
 
+// A directory is searched for the weights file; anything else that exists is the weights source
+// as named: a regular file, or a pipe, FIFO or device (`<(cat model.safetensors)`), which the
+// reader reads as a stream (SafetensorsFile::open; /dev/zero is refused there, naming it). Only a
+// path that stat cannot find "does not exist"; other stat failures say why (EACCES...).
 std::string resolve(const std::string& p, const std::string& origin) {
-  std::error_code ec;
-  if (fs::is_regular_file(p, ec)) return p;
-  if (fs::is_directory(p, ec)) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) throw Error(ErrorKind::Weights, origin + " '" + p + "' does not exist");
+    throw sys_error(errno, ErrorKind::Weights, origin + " '" + p + "'", "cannot stat");
+  }
+  if (S_ISDIR(st.st_mode)) {
     std::string f = in_dir(p);
     if (!f.empty()) return f;
     throw Error(ErrorKind::Weights, origin + " '" + p + "' is a directory without model.safetensors");
   }
-  throw Error(ErrorKind::Weights, origin + " '" + p + "' does not exist");
+  return p;
 }
 
 }  // namespace

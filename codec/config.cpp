@@ -1,11 +1,14 @@
 #include "codec/config.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "codec/error.h"
@@ -173,11 +176,35 @@ Config Config::from_json(const nlohmann::json& j, const std::string& what) {
   return c;
 }
 
+// A config from a stream (a pipe, /dev/stdin, a FIFO, a terminal) can be read once: a second
+// open of `<(cat config.json)` finds the pipe drained and reads nothing (and a FIFO's waits for a
+// new writer). Yet a run reads its config more than once (resolve_config for the log, then the
+// load; `info` once per weights file). So the bytes of a non-regular config are kept, by the
+// identity stat gives (st_dev, st_ino: the pipe itself, whichever path names it), and every later
+// read of that stream in this process gets the same bytes. Its descriptor is kept open with them:
+// a closed pipe's (or deleted FIFO's) inode number is reused by the next one, which must not pass
+// for it. A regular file is read afresh.
+namespace {
+struct StreamConfig {
+  int fd;  // (never closed: holds the identity)
+  std::string text;
+};
+std::mutex stream_configs_mutex;
+std::map<std::pair<dev_t, ino_t>, StreamConfig> stream_configs;
+}  // namespace
+
 std::string Config::read_file(const std::string& path) {
+  constexpr size_t kMax = size_t(16) << 20;  // a config is a few KB; /dev/zero must not eat memory
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    std::lock_guard<std::mutex> lock(stream_configs_mutex);
+    if (auto it = stream_configs.find({st.st_dev, st.st_ino}); it != stream_configs.end()) return it->second.text;
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw sys_error(errno, ErrorKind::Weights, path, "cannot open the config");
   std::string text;
   char buf[1 << 16];
+  // To the end, whatever st_size says (0 for a pipe), and never more than kMax.
   for (;;) {
     const ssize_t k = ::read(fd, buf, sizeof buf);
     if (k < 0 && errno == EINTR) continue;
@@ -188,10 +215,14 @@ std::string Config::read_file(const std::string& path) {
     }
     if (k == 0) break;
     text.append(buf, size_t(k));
-    if (text.size() > (size_t(16) << 20)) {
+    if (text.size() > kMax) {
       ::close(fd);
       bad(path, "more than 16 MiB: not a model config");
     }
+  }
+  if (::fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+    std::lock_guard<std::mutex> lock(stream_configs_mutex);
+    if (stream_configs.emplace(std::make_pair(st.st_dev, st.st_ino), StreamConfig{fd, text}).second) return text;
   }
   ::close(fd);
   return text;

@@ -34,8 +34,10 @@ struct Config {
   // wrong JSON type and out-of-range values, naming the field and `what`.
   static Config from_json(const nlohmann::json& j, const std::string& what);
   static Config from_file(const std::string& path);
-  // The bytes of a config file (at most 16 MiB). Its errno is judged by errno_kind: a missing or
-  // unreadable file is Error(Weights), the machine's failures (EMFILE, EIO...) Environment.
+  // The bytes of a config file (at most 16 MiB), read to its end: a pipe, FIFO or /dev/stdin as
+  // well as a regular file. A stream is read once per process; later calls for it return the same
+  // bytes (config.cpp). Its errno is judged by errno_kind: a missing or unreadable file is
+  // Error(Weights), the machine's failures (EMFILE, EIO...) Environment.
   static std::string read_file(const std::string& path);
   // True for JSON that looks like a Mimi config in either style (used to ignore an unrelated
   // config.json next to a checkpoint).

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #include "codec/error.h"
@@ -89,7 +90,89 @@ void convert_f32(const uint8_t* p, DType dtype, int64_t n, float* v) {
 
 bool is_float_dtype(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16 || d == DType::F64; }
 
+// Reads up to len bytes of a stream into dst, stopping early only at its end; returns the count.
+uint64_t read_full(int fd, uint8_t* dst, uint64_t len, const std::string& path) {
+  uint64_t got = 0;
+  while (got < len) {
+    const ssize_t r = ::read(fd, dst + got, size_t(std::min<uint64_t>(len - got, uint64_t(1) << 30)));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw sys_error(errno, ErrorKind::Input, path, "read failed");
+    }
+    if (r == 0) break;
+    got += uint64_t(r);
+  }
+  return got;
+}
+
+// The end of the data section a header declares: the largest data_offsets end (0 when the header
+// is not JSON or declares no tensor; from_bytes then says what is wrong with it).
+uint64_t declared_data_size(const uint8_t* header, uint64_t n) {
+  const nlohmann::json j = nlohmann::json::parse(header, header + n, nullptr, /*allow_exceptions=*/false);
+  uint64_t end = 0;
+  if (!j.is_object()) return 0;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "__metadata__" || !it->is_object() || !it->contains("data_offsets")) continue;
+    const auto& off = (*it)["data_offsets"];
+    if (off.is_array() && off.size() == 2 && off[1].is_number_unsigned()) end = std::max(end, off[1].get<uint64_t>());
+  }
+  return end;
+}
+
+// The most a stream may make us hold: the machine's memory (the bytes are kept, as the model's
+// weights). A header declaring more is refused before anything is allocated.
+uint64_t stream_limit() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : uint64_t(64) << 30;
+}
+
 }  // namespace
+
+// A stream (pipe, FIFO, /dev/stdin, a character device) has no size to trust (st_size 0) and
+// cannot be read twice, so its bytes are read once, front to back, into memory of our own: the
+// 8-byte header length, the header, then exactly as many data bytes as the header's tensors end
+// at, never "to the end" (/dev/urandom has none). What was read is then a file in memory
+// (from_bytes: the same validation, and the same tensors and fingerprint as the same bytes in a
+// file). A stream ending early is an error naming the path and where it ended.
+SafetensorsFile SafetensorsFile::read_stream(int fd, const std::string& path) {
+  // The safetensors format's own bound on the header (its reference reader refuses more).
+  constexpr uint64_t kMaxHeader = 100'000'000;
+  std::vector<uint8_t> bytes(8);
+  const uint64_t head = read_full(fd, bytes.data(), 8, path);
+  if (head == 0) fail(path, "is empty (a stream that ended at once): no safetensors data");
+  if (head < 8) fail(path, "truncated: the stream ended after " + std::to_string(head) + " bytes, inside its 8-byte header length");
+  const uint64_t n = le64(bytes.data());
+  if (n < 2 || n > kMaxHeader)  // /dev/zero: 0
+    fail(path, "not a safetensors file: header length " + std::to_string(n) + " (expected 2 to " +
+                   std::to_string(kMaxHeader) + " bytes of JSON)");
+  bytes.resize(8 + n);
+  if (const uint64_t got = read_full(fd, bytes.data() + 8, n, path); got < n)
+    fail(path, "truncated: the stream ended after " + std::to_string(8 + got) + " bytes, inside its " +
+                   std::to_string(n) + "-byte header");
+  const uint64_t data = declared_data_size(bytes.data() + 8, n), limit = stream_limit();
+  if (8 + n > limit || data > limit - 8 - n)
+    fail(path, "its header declares " + std::to_string(data) + " bytes of tensor data, more than this machine's memory (" +
+                   std::to_string(limit) + " bytes) to hold them from a stream: not Mimi weights");
+  // Room for all of it now (address space only), filled a chunk at a time: the memory touched
+  // never runs more than a chunk ahead of what the stream has sent. Where the address space is
+  // limited (ulimit -v) and the header declares more than it allows, the bytes are taken as they
+  // come instead, so that a header lying about a short stream is still "truncated" (exit 4).
+  const uint64_t total = 8 + n + data;
+  try {
+    bytes.reserve(size_t(total));
+  } catch (const std::bad_alloc&) {
+  }
+  for (uint64_t at = 8 + n; at < total;) {
+    const uint64_t chunk = std::min<uint64_t>(total - at, uint64_t(4) << 20);
+    bytes.resize(size_t(at + chunk));
+    const uint64_t got = read_full(fd, bytes.data() + at, chunk, path);
+    at += got;
+    if (got < chunk)
+      fail(path, "truncated: the stream ended after " + std::to_string(at) + " of the " + std::to_string(total) +
+                     " bytes its header declares");
+  }
+  return from_bytes(std::make_shared<const std::vector<uint8_t>>(std::move(bytes)), path);
+}
 
 namespace safetensors_testing {
 void (*before_tensor_read)(const std::string& path, const std::string& tensor) = nullptr;
@@ -157,7 +240,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   of->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (of->fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
   if (fstat(of->fd, &of->st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot stat");
-  if (!S_ISREG(of->st.st_mode)) fail(path, "not a regular file");
+  if (S_ISDIR(of->st.st_mode)) fail(path, "is a directory, not a safetensors file");
+  if (!S_ISREG(of->st.st_mode)) return read_stream(of->fd, path);  // a pipe, FIFO, device
   // Tensors are read front to back, mostly: let the kernel read ahead (a cold cache, NFS).
   posix_fadvise(of->fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // (advice: a failure changes nothing)
   f.size_ = uint64_t(of->st.st_size);

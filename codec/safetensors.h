@@ -1,4 +1,5 @@
-// safetensors reader (read with pread(), never mapped; strictly validated) and writer.
+// safetensors reader (read with pread(), never mapped; a stream read once into memory; strictly
+// validated) and writer.
 // Format: u64 LE header length N, N bytes of JSON {name: {dtype, shape, data_offsets:[b,e]},
 // "__metadata__": {str: str}}, then the raw little-endian data; offsets are relative to it.
 #pragma once
@@ -32,6 +33,10 @@ class SafetensorsFile {
   // not mapped: its header is read now and each tensor with pread() when asked for (read_f32,
   // to_f32, to_i32), so a file truncated meanwhile is an error, never a SIGBUS, and nothing the
   // caller keeps can change with the file (issue 26: weights overwritten during a run).
+  // A non-regular file (a pipe, FIFO, /dev/stdin, a character device) is read once, front to
+  // back, into memory: exactly the size its header declares (bounded by the machine's memory),
+  // then it is as from_bytes (in_memory()). A stream that ends early or whose header length is
+  // not that of a safetensors file (/dev/zero: 0) is Error(Input) naming the path.
   static SafetensorsFile open(const std::string& path);
   // Same, over bytes held in memory (`what` names them in errors).
   static SafetensorsFile from_bytes(std::shared_ptr<const std::vector<uint8_t>> bytes,
@@ -67,6 +72,7 @@ class SafetensorsFile {
 
  private:
   struct OpenFile;
+  static SafetensorsFile read_stream(int fd, const std::string& path);
   void parse(const std::string& what, const uint8_t* header, uint64_t header_len);
   void read_raw(const TensorInfo& t, void* dst) const;  // the tensor's bytes, as stored
 

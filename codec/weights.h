@@ -29,6 +29,8 @@ struct LoadOptions {
   Parts parts;
 };
 
+// `weights_path` may also name a stream (a pipe, FIFO, /dev/stdin): read once into memory
+// (SafetensorsFile::open), it gives the model and fingerprint of the same bytes in a file.
 std::shared_ptr<const Model> load_model(const std::string& weights_path, const LoadOptions& opts = {});
 // Same, from an already opened file and a resolved config.
 //

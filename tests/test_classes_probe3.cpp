@@ -1,5 +1,5 @@
 // The third fresh probe's findings (issue 26), each swept as the class it belongs to (the dataset
-// bookkeeping ones are in tests/dataset/, the weights/config sources in test_weights.cpp, decode
+// bookkeeping ones are in tests/dataset/, the weights/config sources in test_weights_frozen.cpp, decode
 // --batch over mixed codebook counts in test_cli.cpp):
 //   - a memory limit that lands inside libsoxr's resampler set-up (it crashed: SIGSEGV) -> 75
 //   - bench options: every bad value is a usage error (a crash, exit 70 and exit 75 before)

@@ -6,7 +6,8 @@
 // after the change), and a file changed or truncated *during* the load is Error(Weights) naming
 // it, never a SIGBUS and never a model of mixed bytes. Also: a load for one direction (weights.h
 // Parts) keeps only that direction's weights, with the same fingerprint and bits; EMFILE opening
-// the weights is the environment's error (exit 75), not the weights'.
+// the weights is the environment's error (exit 75), not the weights'; weights and configs from a
+// stream (pipe, FIFO, /dev/stdin) are read once and load as the same bytes from a file do.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/resource.h>
@@ -351,4 +352,309 @@ TEST_CASE("frozen weights: no descriptor left to open the weights is the environ
   CAPTURE(msg);
   CHECK(kind == ErrorKind::Environment);
   CHECK(msg.rfind(p + ": ", 0) == 0);
+}
+
+// ---- Weights and configs from a stream (a pipe, FIFO, /dev/stdin, a device) ----
+// Such a source has no size (st_size 0) and can be read only once, so the reader takes it in
+// once, front to back: the weights exactly as far as their header declares (into memory of the
+// model's own, like a file's), a config to its end, kept for later reads of the same stream in
+// the process (a run reads its config twice: resolve_config, then the load). The same bytes give
+// the same model and fingerprint whichever way they come; a stream cut short, /dev/zero or an
+// endless stream is a weights error (exit 4) naming the path, at once.
+
+// test_weights links codec/ only (tests/CMakeLists.txt); locate_weights, the CLI's first look at
+// --weights, is self-contained, so its source is compiled in here.
+#include "app/weights_locate.cpp"
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+namespace {
+
+// A reader that blocks for good (a FIFO opened twice, a stream read to an end that never comes)
+// fails the test with a message instead of hanging ctest.
+extern "C" void on_alarm(int) {
+  static const char msg[] = "test_weights_frozen: a stream test hung (blocked reading a pipe or FIFO)\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(98);
+}
+struct Watchdog {
+  explicit Watchdog(unsigned seconds) {
+    signal(SIGALRM, on_alarm);
+    alarm(seconds);
+  }
+  ~Watchdog() { alarm(0); }
+};
+
+// A writer gone (the reader stopped early) is an EPIPE for the feeding thread, not a SIGPIPE.
+[[maybe_unused]] const bool sigpipe_ignored = [] { return signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
+
+// How bytes reach the reader: a regular file, an anonymous pipe named by /proc/self/fd/N (what
+// `<(cat f)` gives), the same pipe as /dev/stdin, or a named FIFO.
+enum class Via { File, Pipe, Stdin, Fifo };
+const char* via_name(Via v) {
+  switch (v) {
+    case Via::File: return "file";
+    case Via::Pipe: return "pipe /proc/self/fd/N";
+    case Via::Stdin: return "/dev/stdin (a pipe)";
+    case Via::Fifo: return "FIFO";
+  }
+  return "?";
+}
+
+// `bytes` at a path of the kind `via`, fed by a thread (then, when `endless`, `filler` forever:
+// the reader must stop by itself). Destroyed: the reader is gone, the thread ends.
+class Source {
+ public:
+  Source(Via via, const TempDir& dir, std::vector<uint8_t> bytes, bool endless = false, uint8_t filler = 'y')
+      : via_(via) {
+    static int made = 0;  // (a fresh name each: a FIFO stays in the directory)
+    const std::string name = std::to_string(++made) + ".src";
+    if (via == Via::File) {
+      path_ = dir.file(name);
+      write_file(path_, bytes);
+      return;
+    }
+    int wfd = -1;
+    if (via == Via::Fifo) {
+      path_ = dir.file(name);
+      REQUIRE(mkfifo(path_.c_str(), 0600) == 0);
+    } else {
+      int fds[2];
+      REQUIRE(pipe(fds) == 0);
+      rfd_ = fds[0];
+      wfd = fds[1];
+      if (via == Via::Stdin) {
+        saved_stdin_ = dup(0);
+        REQUIRE(dup2(rfd_, 0) == 0);
+        path_ = "/dev/stdin";
+      } else {
+        path_ = "/proc/self/fd/" + std::to_string(rfd_);
+      }
+    }
+    writer_ = std::thread([this, wfd, bytes = std::move(bytes), endless, filler]() mutable {
+      if (via_ == Via::Fifo) wfd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);  // waits for the reader
+      connected_ = true;
+      auto put = [&](const uint8_t* p, size_t n) {
+        while (n > 0) {
+          const ssize_t k = ::write(wfd, p, n);
+          if (k < 0 && errno == EINTR) continue;
+          if (k <= 0) return false;  // EPIPE: the reader is done
+          p += k, n -= size_t(k);
+        }
+        return true;
+      };
+      bool ok = put(bytes.data(), bytes.size());
+      const std::vector<uint8_t> fill(size_t(1) << 16, filler);
+      while (ok && endless) ok = put(fill.data(), fill.size());
+      if (wfd >= 0) ::close(wfd);
+    });
+  }
+  ~Source() {
+    if (via_ == Via::File) return;
+    if (via_ == Via::Fifo && !connected_) {  // never opened by the reader: release the writer
+      const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) ::close(fd);
+    }
+    if (saved_stdin_ >= 0) dup2(saved_stdin_, 0), ::close(saved_stdin_);
+    if (rfd_ >= 0) ::close(rfd_);  // the last read end: a writer still writing gets EPIPE
+    writer_.join();
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  Via via_;
+  std::string path_;
+  int rfd_ = -1, saved_stdin_ = -1;
+  std::atomic<bool> connected_{false};
+  std::thread writer_;
+};
+
+std::vector<uint8_t> tiny_config_bytes() {
+  const std::string s = test_config("tiny").to_json().dump(2);
+  return {s.begin(), s.end()};
+}
+
+// The CLI's load (app/pipeline.cpp make_engine): locate the weights, resolve the config (for the
+// log), load (which resolves it again).
+std::shared_ptr<const Model> cli_load(const std::string& weights, const std::string& config) {
+  LoadOptions lo;
+  lo.config_path = config;
+  const std::string path = app::locate_weights(weights);
+  std::string origin;
+  resolve_config(path, lo, &origin);
+  CHECK(origin == config);
+  return load_model(path, lo);
+}
+
+// The weights error of cli_load, and how long it took to come.
+std::string cli_load_error(const std::string& weights, const std::string& config, double* seconds = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    cli_load(weights, config);
+    FAIL("expected the load to fail");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::Weights);
+    msg = e.what();
+  }
+  if (seconds) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return msg;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("streams: the same weights and config bytes from a file, a pipe, /dev/stdin or a FIFO load identically") {
+  Watchdog dog(120);
+  const Via vias[] = {Via::File, Via::Pipe, Via::Stdin, Via::Fifo};
+  for (Dialect d : {Dialect::Moshi, Dialect::HuggingFace}) {
+    const std::string dialect = dialect_name(d);
+    CAPTURE(dialect);
+    TempDir dir;
+    const std::vector<uint8_t> weights = weights_bytes(d, 1), config = tiny_config_bytes();
+    write_file(dir.file("ref.safetensors"), weights);
+    const auto ref = load_tiny(dir.file("ref.safetensors"));
+    const Run ref_run = run(ref, Path::Cached);
+    for (Via wv : vias)
+      for (Via cv : vias) {
+        if (wv == Via::Stdin && cv == Via::Stdin) continue;  // (one stdin)
+        const std::string w_via = via_name(wv), c_via = via_name(cv);
+        CAPTURE(w_via);
+        CAPTURE(c_via);
+        const Source w(wv, dir, weights), c(cv, dir, config);
+        const auto m = cli_load(w.path(), c.path());
+        CHECK(m->cfg == test_config("tiny"));
+        CHECK(m->fingerprint == ref->fingerprint);
+        CHECK(m->source == w.path());
+        // the stream's config, read again later in the process (`info` does, once per file)
+        CHECK(Config::from_file(c.path()) == test_config("tiny"));
+        if (cv == Via::File || wv != Via::File) continue;  // (one engine run per stream kind)
+        const Run r = run(m, Path::Cached);
+        CHECK(r.codes == ref_run.codes);
+        CHECK(bit_identical(r.audio, ref_run.audio));
+      }
+  }
+}
+
+TEST_CASE("streams: weights or a config cut short anywhere is a weights error naming the path") {
+  Watchdog dog(120);
+  TempDir dir;
+  const std::vector<uint8_t> weights = weights_bytes(Dialect::HuggingFace, 1), config = tiny_config_bytes();
+  const uint64_t header = 8 + (uint64_t(weights[0]) | uint64_t(weights[1]) << 8 | uint64_t(weights[2]) << 16);
+  write_file(dir.file("config.json"), config);
+  // the boundaries (empty, inside the length, the header, the data, one byte short), then random
+  std::vector<size_t> cuts = {0, 1, 7, 8, 9, size_t(header) - 1, size_t(header), size_t(header) + 1,
+                              weights.size() - 1};
+  std::mt19937_64 rng(26);
+  for (int i = 0; i < 24; ++i) cuts.push_back(size_t(rng() % weights.size()));
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    const size_t cut = cuts[i];
+    const Via via = i % 3 == 2 ? Via::Fifo : Via::Pipe;
+    const std::string kind = via_name(via);
+    CAPTURE(cut);
+    CAPTURE(kind);
+    {
+      const Source w(via, dir, {weights.begin(), weights.begin() + long(cut)});
+      const std::string msg = cli_load_error(w.path(), dir.file("config.json"));
+      CAPTURE(msg);
+      CHECK(msg.rfind(w.path() + ": ", 0) == 0);
+      if (cut == 0) CHECK(has(msg, "is empty"));
+      else CHECK(has(msg, "truncated: the stream ended after " + std::to_string(cut) + " "));
+    }
+    // (the same bytes in a file: an error naming it too)
+    const Source f(Via::File, dir, {weights.begin(), weights.begin() + long(cut)});
+    CHECK(cli_load_error(f.path(), dir.file("config.json")).rfind(f.path() + ": ", 0) == 0);
+    // a config cut short, through a stream
+    const size_t ccut = size_t(rng() % config.size());
+    CAPTURE(ccut);
+    write_file(dir.file("model.safetensors"), weights);
+    const Source c(via, dir, {config.begin(), config.begin() + long(ccut)});
+    const std::string msg = cli_load_error(dir.file("model.safetensors"), c.path());
+    CHECK(msg.rfind(c.path() + ": not valid JSON", 0) == 0);
+  }
+}
+
+TEST_CASE("streams: /dev/zero, endless and oversized streams are refused at once; a longer one is read as far as declared") {
+  Watchdog dog(120);
+  TempDir dir;
+  const std::vector<uint8_t> weights = weights_bytes(Dialect::Moshi, 1), config = tiny_config_bytes();
+  write_file(dir.file("config.json"), config);
+  write_file(dir.file("model.safetensors"), weights);
+  const std::string cfg = dir.file("config.json");
+  double s = 0;
+
+  std::string msg = cli_load_error("/dev/zero", cfg, &s);
+  CHECK(msg.rfind("/dev/zero: not a safetensors file: header length 0", 0) == 0);
+  CHECK(s < 5);
+  msg = cli_load_error(dir.file("model.safetensors"), "/dev/zero", &s);
+  CHECK(msg.rfind("/dev/zero: more than 16 MiB: not a model config", 0) == 0);
+  CHECK(s < 5);
+  // endless text (`yes`): its first 8 bytes are no header length; as a config, too long
+  for (Via via : {Via::Pipe, Via::Fifo}) {
+    const std::string kind = via_name(via);
+    CAPTURE(kind);
+    {
+      const Source w(via, dir, {}, /*endless=*/true);
+      msg = cli_load_error(w.path(), cfg, &s);
+      CHECK(msg.rfind(w.path() + ": not a safetensors file: header length ", 0) == 0);
+      CHECK(s < 5);
+    }
+    {
+      const Source c(via, dir, {}, /*endless=*/true);
+      msg = cli_load_error(dir.file("model.safetensors"), c.path(), &s);
+      CHECK(msg.rfind(c.path() + ": more than 16 MiB: not a model config", 0) == 0);
+      CHECK(s < 5);
+    }
+    // a header declaring a petabyte of tensors, then endless zeros: refused before any is read
+    {
+      std::string h = R"({"w":{"dtype":"U8","shape":[1125899906842624],"data_offsets":[0,1125899906842624]}})";
+      h.append((8 - h.size() % 8) % 8, ' ');
+      std::vector<uint8_t> b(8);
+      for (int i = 0; i < 8; ++i) b[size_t(i)] = uint8_t((uint64_t(h.size()) >> (8 * i)) & 0xff);
+      b.insert(b.end(), h.begin(), h.end());
+      const Source w(via, dir, b, /*endless=*/true, 0);
+      msg = cli_load_error(w.path(), cfg, &s);
+      CHECK(msg.rfind(w.path() + ": its header declares 1125899906842624 bytes of tensor data, more than", 0) == 0);
+      CHECK(s < 5);
+    }
+    // the weights, then endless bytes: read as far as the header declares, never to an end
+    {
+      const Source w(via, dir, weights, /*endless=*/true);
+      const auto m = cli_load(w.path(), cfg);
+      CHECK(m->fingerprint == load_tiny(dir.file("model.safetensors"))->fingerprint);
+    }
+  }
+}
+
+TEST_CASE("streams: --weights names a stream as it is; only a missing path does not exist") {
+  TempDir dir;
+  write_file(dir.file("model.safetensors"), weights_bytes(Dialect::Moshi, 1));
+  fs::create_directories(dir.path / "empty");
+  REQUIRE(mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const std::string pipe_path = "/proc/self/fd/" + std::to_string(fds[0]);
+  for (const std::string& p : {dir.file("model.safetensors"), dir.file("fifo"), std::string("/dev/zero"), pipe_path})
+    CHECK(app::locate_weights(p) == p);
+  CHECK(app::locate_weights(dir.path.string()) == dir.file("model.safetensors"));
+  ::close(fds[0]);
+  ::close(fds[1]);
+  auto error = [](const std::string& p) {
+    try {
+      app::locate_weights(p);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::Weights);
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(error(dir.file("missing")) == "--weights '" + dir.file("missing") + "' does not exist");
+  CHECK(error(dir.file("model.safetensors/x")) == "--weights '" + dir.file("model.safetensors/x") + "' does not exist");
+  CHECK(error((dir.path / "empty").string()) == "--weights '" + (dir.path / "empty").string() +
+                                                    "' is a directory without model.safetensors");
 }

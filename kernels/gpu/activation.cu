@@ -7,12 +7,12 @@
 namespace mimi::gpu {
 namespace {
 
-__global__ void elu_kernel(int64_t n, const float* x, float* y) {
+__global__ void MIMI_BOUNDS(kThreads) elu_kernel(int64_t n, const float* x, float* y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = x[i] > 0.0f ? x[i] : expm1f(x[i]);
 }
 
-__global__ void gelu_kernel(int64_t n, const float* x, float* y) {
+__global__ void MIMI_BOUNDS(kThreads) gelu_kernel(int64_t n, const float* x, float* y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = gelu_erf_value(x[i]);
 }

@@ -16,7 +16,7 @@
 namespace mimi::gpu {
 namespace {
 
-__global__ void attention_kernel(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, int64_t k_start,
+__global__ void MIMI_BOUNDS(kThreads) attention_kernel(int64_t H, int64_t Tq, int64_t Tk, int64_t hd, int64_t q_start, int64_t k_start,
                                  int64_t context, float scale, const float* q, const float* k, const float* v,
                                  float* out) {
   MIMI_DYNAMIC_SHARED(float, sh);  // [window] scores, then [blockDim] reduction scratch
@@ -65,7 +65,7 @@ constexpr int kQueries = 64;  // per block, one thread each
 constexpr int kKeys = 32;     // per shared-memory tile
 
 template <int HD>
-__global__ void attention_tiled_kernel(int64_t Tq, int64_t Tk, int64_t q_start, int64_t k_start, int64_t context,
+__global__ void MIMI_BOUNDS(kQueries) attention_tiled_kernel(int64_t Tq, int64_t Tk, int64_t q_start, int64_t k_start, int64_t context,
                                        float scale, const float* q, const float* k, const float* v, float* out) {
   __shared__ float Ks[kKeys][HD + 1];  // [key][d], padded: the loads write a column of keys without bank conflicts
   __shared__ float Vs[kKeys][HD + 1];

@@ -40,7 +40,7 @@ struct ConvWindowB {
   }
 };
 
-__global__ void conv1d_kernel(Conv1dShape s, int64_t T_out, int64_t P, const float* x, const float* w,
+__global__ void MIMI_BOUNDS(kThreads) conv1d_kernel(Conv1dShape s, int64_t T_out, int64_t P, const float* x, const float* w,
                               const float* bias, float* y, bool accumulate, const float* context) {
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, co = blockIdx.y;
   if (t >= T_out) return;

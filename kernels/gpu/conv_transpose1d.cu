@@ -52,7 +52,7 @@ struct PhaseInterleaveC {
   }
 };
 
-__global__ void convtr_kernel(ConvTranspose1dShape s, int64_t T_out, int64_t m, const float* x, const float* w,
+__global__ void MIMI_BOUNDS(kThreads) convtr_kernel(ConvTranspose1dShape s, int64_t T_out, int64_t m, const float* x, const float* w,
                               const float* bias, float* y) {
   const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, co = blockIdx.y;
   if (o >= T_out) return;

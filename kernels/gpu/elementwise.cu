@@ -7,17 +7,17 @@
 namespace mimi::gpu {
 namespace {
 
-__global__ void add_kernel(int64_t n, const float* x, float* y) {
+__global__ void MIMI_BOUNDS(kThreads) add_kernel(int64_t n, const float* x, float* y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] += x[i];
 }
 
-__global__ void bias_kernel(int64_t C, int64_t T, const float* bias, float* y) {
+__global__ void MIMI_BOUNDS(kThreads) bias_kernel(int64_t C, int64_t T, const float* bias, float* y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < C * T) y[i] += bias[i / T];
 }
 
-__global__ void scale_kernel(int64_t C, int64_t T, const float* scale, const float* x, float* y) {
+__global__ void MIMI_BOUNDS(kThreads) scale_kernel(int64_t C, int64_t T, const float* scale, const float* x, float* y) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < C * T) y[i] = scale_add_value(y[i], scale[i / T], x[i]);
 }

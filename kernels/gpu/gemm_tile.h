@@ -100,7 +100,7 @@ struct ScaleAddC {
 
 // One block's tile. The loaders are asked only inside [M, K] and [K, N]; the store only inside [M, N].
 template <class AOp, class BOp, class COp>
-__global__ void gemm_tile_kernel(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
+__global__ void MIMI_BOUNDS(kThreads) gemm_tile_kernel(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
   __shared__ float As[2][kBK][kBM];  // [buffer][k][m]: A's step transposed, so a thread's 4 rows are adjacent
   __shared__ float Bs[2][kBK][kBN];  // [buffer][k][n]
   const int tid = int(threadIdx.x);
@@ -169,7 +169,7 @@ void launch(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
 constexpr int kSmallTile = 16;
 
 template <class BOp, class COp>
-__global__ void gemm_small_kernel(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b, COp c) {
+__global__ void MIMI_BOUNDS(kSmallTile * kSmallTile) gemm_small_kernel(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b, COp c) {
   __shared__ float As[kSmallTile][kSmallTile];
   __shared__ float Bs[kSmallTile][kSmallTile];
   const int64_t row = int64_t(blockIdx.y) * kSmallTile + threadIdx.y, col = int64_t(blockIdx.x) * kSmallTile + threadIdx.x;

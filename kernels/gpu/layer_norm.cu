@@ -46,7 +46,7 @@ __device__ void column_stats(int64_t C, int64_t T, const float* x, float eps, in
   rstd = rsqrtf(column_sum(v) / float(C) + eps);
 }
 
-__global__ void layer_norm_kernel(int64_t C, int64_t T, const float* x, const float* gamma, const float* beta,
+__global__ void MIMI_BOUNDS(kThreads) layer_norm_kernel(int64_t C, int64_t T, const float* x, const float* gamma, const float* beta,
                                   float eps, float* y) {
   __shared__ float part[kLanes][kCols];
   const int col = int(threadIdx.x) % kCols, lane = int(threadIdx.x) / kCols;
@@ -58,7 +58,7 @@ __global__ void layer_norm_kernel(int64_t C, int64_t T, const float* x, const fl
 }
 
 // stats [2, T]: row 0 the means, row 1 the 1/std
-__global__ void layer_norm_stats_kernel(int64_t C, int64_t T, const float* x, float eps, float* stats) {
+__global__ void MIMI_BOUNDS(kThreads) layer_norm_stats_kernel(int64_t C, int64_t T, const float* x, float eps, float* stats) {
   __shared__ float part[kLanes][kCols];
   const int col = int(threadIdx.x) % kCols, lane = int(threadIdx.x) / kCols;
   const int64_t t = int64_t(blockIdx.x) * kCols + col;

@@ -17,7 +17,7 @@ struct Freqs {
   float f[kMaxHalf];
 };
 
-__global__ void rope_kernel(int64_t H, int64_t hd, int64_t T, const int32_t* position, Freqs freqs, bool interleaved,
+__global__ void MIMI_BOUNDS(kThreads) rope_kernel(int64_t H, int64_t hd, int64_t T, const int32_t* position, Freqs freqs, bool interleaved,
                             float* x) {
   const int64_t half = hd / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -123,7 +123,7 @@ void* zeroed(size_t bytes) {
   return p;
 }
 
-__global__ void add2d_kernel(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
+__global__ void MIMI_BOUNDS(kThreads) add2d_kernel(float* dst, int64_t dpitch, const float* src, int64_t spitch, int64_t width,
                              int64_t rows) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= width * rows) return;
@@ -131,7 +131,7 @@ __global__ void add2d_kernel(float* dst, int64_t dpitch, const float* src, int64
   dst[r * dpitch + j] += src[r * spitch + j];
 }
 
-__global__ void fill_kernel(float* dst, int64_t n, float value) {
+__global__ void MIMI_BOUNDS(kThreads) fill_kernel(float* dst, int64_t n, float value) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dst[i] = value;
 }

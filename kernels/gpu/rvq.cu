@@ -32,7 +32,7 @@ Books books_arg(const float* const* host, int64_t n) {
   return b;
 }
 
-__global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
+__global__ void MIMI_BOUNDS(kThreads) rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
                                   Books books, Books norms, int32_t* codes) {
   MIMI_DYNAMIC_SHARED(float, sh);  // r [Q], rr, best_d [blockDim], best_i [blockDim] (as float bits)
   float* r = sh;
@@ -75,7 +75,7 @@ __global__ void rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n,
 
 // One thread per frame f, after the GEMM of codebook E: |r|^2, the argmin over dot's column f,
 // the code, and the residual update.
-__global__ void rvq_pick_kernel(int64_t Q, int64_t F, int64_t bins, const float* dot, const float* E, const float* ee,
+__global__ void MIMI_BOUNDS(kThreads) rvq_pick_kernel(int64_t Q, int64_t F, int64_t bins, const float* dot, const float* E, const float* ee,
                                 float* r, int32_t* codes) {
   const int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (f >= F) return;
@@ -92,7 +92,7 @@ __global__ void rvq_pick_kernel(int64_t Q, int64_t F, int64_t bins, const float*
   for (int64_t q = 0; q < Q; ++q) r[q * F + f] -= E[int64_t(best) * Q + q];
 }
 
-__global__ void rvq_decode_kernel(int64_t Q, int64_t F, int64_t n, const int32_t* codes, Books books, float* y) {
+__global__ void MIMI_BOUNDS(kThreads) rvq_decode_kernel(int64_t Q, int64_t F, int64_t n, const int32_t* codes, Books books, float* y) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= Q * F) return;
   const int64_t q = idx / F, f = idx % F;

@@ -153,6 +153,12 @@
 #if !defined(MIMI_GPU_EMULATE)
 #define MIMI_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #define MIMI_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+// Every kernel states the most threads per block it is launched with, so the compiler budgets
+// registers for that block size (HIP assumes 1024 without it, which makes the larger kernels
+// spill on CDNA; CUDA uses it for occupancy). A launch with more threads fails.
+#define MIMI_BOUNDS(threads) __launch_bounds__(threads)
+#else
+#define MIMI_BOUNDS(threads)
 #endif
 
 #include <string>
