@@ -204,8 +204,10 @@ int run_main(int argc, char** argv) {
               "frame's codes (.mimi chunk or text line) as soon as it is complete");
   e->add_option("--raw-format", enc.raw_format, "Headerless input PCM for --stream: s16le, s24le, s32le, f32le")
       ->check(CLI::IsMember({"s16le", "s24le", "s32le", "f32le"}));
-  e->add_option("--raw-rate", enc.raw_rate, "Sample rate of raw input")->capture_default_str();
-  e->add_option("--raw-channels", enc.raw_channels, "Channels of raw input (averaged)")->capture_default_str();
+  e->add_option("--raw-rate", enc.raw_rate, "Sample rate of raw input")->capture_default_str()->check(CLI::Range(1, 10000000));
+  e->add_option("--raw-channels", enc.raw_channels, "Channels of raw input (averaged)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
   add_common(e, common);
   e->footer("Input is downmixed to mono (channel average) and resampled to 24 kHz with soxr (very high quality);\n"
             "24 kHz input passes through untouched.");
@@ -254,7 +256,7 @@ int run_main(int argc, char** argv) {
   CLI::App* g = app.add_subcommand("gen-weights", "Write the deterministic PRNG test weights (WEIGHTS_SPEC.md)");
   g->add_option("--config", gw_config, "tiny, tiny-window or full")->capture_default_str();
   g->add_option("--dialect", gw_dialect, "moshi or hf")->capture_default_str();
-  g->add_option("--seed", gw_seed, "PRNG seed")->capture_default_str();
+  g->add_option("--seed", gw_seed, "PRNG seed")->capture_default_str()->check(CLI::NonNegativeNumber);
   g->add_option("-o,--output", gw_out, "Output .safetensors")->required();
   g->add_flag("-f,--force", common.force, "Overwrite");
   g->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
@@ -310,7 +312,9 @@ int run_main(int argc, char** argv) {
   dp->add_option("--shards", ds_plan.shards, "Number of shards")->check(CLI::Range(1, 99999));
   dp->add_option("--shard-hours", ds_plan.shard_hours, "Hours of audio per shard (sets the number of shards)")
       ->check(finite_in(1e-6, 1e9));
-  dp->add_option("--probe-threads", ds_plan.probe_threads, "Files whose headers are read at once [default: 4 per CPU]");
+  // ranges on every number: CLI11 reads '' (an unset shell variable) as 0, which both take as valid
+  dp->add_option("--probe-threads", ds_plan.probe_threads, "Files whose headers are read at once [default: 4 per CPU]")
+      ->check(CLI::Range(0, 65536));
   dp->add_flag("--skip-bad", ds_plan.skip_bad,
                "Leave bad manifest entries out of the plan (each still printed; listed in PLAN/skipped.txt) "
                "instead of refusing it");
@@ -330,7 +334,9 @@ int run_main(int argc, char** argv) {
   de->add_flag("--retry-errors", ds_enc.retry_errors, "Redo the items that failed (the others are kept as they are)");
   de->add_option("--sync-items", ds_enc.sync_items, "Make the journal durable every N items ...")->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  de->add_option("--sync-seconds", ds_enc.sync_seconds, "... or every S seconds")->capture_default_str();
+  de->add_option("--sync-seconds", ds_enc.sync_seconds, "... or every S seconds")
+      ->capture_default_str()
+      ->check(finite_in(0, 1e9));
   de->add_option("--batch", ds_enc.batch,
                  "Encode N items at once in the slots of one batched plan (for GPUs); the shard's bytes are the "
                  "same as one at a time")

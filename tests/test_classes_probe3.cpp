@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -195,4 +196,40 @@ TEST_CASE("classes: a float sample out of range is refused naming the value and 
   x[10] = 999.0f;
   write_wav(box / "g.wav", x, 24000, 1, SF_FORMAT_WAV | SF_FORMAT_FLOAT);
   CHECK(box.sh("mimi encode g.wav -o g.mimi -q").code == 0);
+}
+
+// Every number option of every command, from the commands' own --help: an empty value (an unset
+// shell variable), NaN, a huge, a negative and a non-numeric value are each a usage error naming
+// the option (CLI11 reads '' as 0, and NaN passes its Range), before anything is read or written.
+TEST_CASE("classes: every number option refuses '', nan, 1e99, -1 and x, naming the option") {
+  Sandbox box("clsp3nums");
+  const std::vector<std::string> commands = {"encode",  "decode",       "roundtrip",      "bench",
+                                             "gen-weights", "dataset plan", "dataset encode", "convert"};
+  int checked = 0;
+  for (const std::string& c : commands) {
+    const Run help = box.sh("mimi " + c + " --help");
+    REQUIRE(help.code == 0);
+    std::istringstream lines(help.out);
+    for (std::string l; std::getline(lines, l);) {
+      const size_t dd = l.find("--");
+      if (dd == std::string::npos || l.find_first_not_of(" -,abcdefghijklmnopqrstuvwxyz") < dd) continue;
+      const size_t sp = l.find(' ', dd);
+      if (sp == std::string::npos) continue;
+      const std::string opt = l.substr(dd, sp - dd), type = l.substr(sp + 1, l.find_first_of(" :", sp + 1) - sp - 1);
+      if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+      for (const std::string v : {"''", "nan", "1e99", "-1", "x"}) {
+        const Run r = box.sh("mimi " + c + " " + opt + " " + v + " in.wav -o out.x 2>&1 >/dev/null", 30);
+        CAPTURE(c);
+        CAPTURE(opt);
+        CAPTURE(v);
+        CAPTURE(r.out);
+        check_sane(r);
+        CHECK(r.code == 2);
+        CHECK(r.out.find(opt) != std::string::npos);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked >= 5 * 20);  // the parse found the options
+  CHECK(list_tree(box.dir).empty());
 }

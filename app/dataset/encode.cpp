@@ -38,7 +38,7 @@ constexpr size_t kPrefetchSamples = size_t(1) << 21;  // ~87 s of 24 kHz audio w
 struct ErrorBudget {
   double limit = -1;  // -1: none
   std::string text;
-  ErrorBudget(const std::string& s, size_t items) : limit(max_errors_limit(s, items)), text(s) {}
+  ErrorBudget(const std::optional<std::string>& s, size_t items) : limit(max_errors_limit(s, items)), text(s.value_or("")) {}
   bool exceeded(size_t errors) const { return limit >= 0 && double(errors) > limit; }
 };
 
@@ -158,6 +158,34 @@ json read_dataset_json(const std::string& out) {
   }
 }
 
+std::string plan_named_by(const json& dataset, const std::string& out) {
+  try {
+    if (dataset.is_object() && dataset.contains("plan")) return get_path(dataset, "plan");
+  } catch (const std::exception&) {
+  }
+  throw Error(ErrorKind::Input, (fs::path(out) / "dataset.json").string() + ": names no plan folder; give --plan PLAN/");
+}
+
+json dataset_of_plan(const std::string& out, const Plan& plan) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(out) / "dataset.json", ec)) return nullptr;
+  json have = read_dataset_json(out);
+  const std::string made_from =
+      have.is_object() && have.contains("plan_sha256") && have["plan_sha256"].is_string() ? have["plan_sha256"].get<std::string>() : "";
+  if (made_from == plan.digest) return have;
+  // Refused, not started over: the shards there are another plan's finished work (the worker
+  // would overwrite them, and its new shards would sit beside old ones under one dataset.json),
+  // and a worker of the old plan may still be writing there.
+  throw Error(ErrorKind::Usage,
+              (fs::path(out) / "dataset.json").string() + " was made from another plan (plan_sha256 " +
+                  (made_from.empty() ? std::string("?") : made_from.substr(0, 12)) + ") than " +
+                  fs::absolute(plan.dir).lexically_normal().string() + " (plan_sha256 " +
+                  plan.digest.substr(0, 12) +
+                  "; was the plan replaced with --force?): none of its shards belong to this plan. Use another "
+                  "output directory for this plan (or move " + out + " aside to start over), or give the plan it "
+                  "was made from");
+}
+
 int encode_shard(const EncodeShardOptions& o) {
   check_encode_options(o);
   const Plan plan = read_plan(o.plan);
@@ -169,19 +197,19 @@ int encode_shard(const EncodeShardOptions& o) {
   const std::vector<Item> items = read_shard_items(plan, shard);
   const ErrorBudget budget(o.max_errors, items.size());
   (void)Device::parse(o.engine.device);  // a bad device name is a usage error now, not after the load
-  {
-    std::error_code ec;
-    if (fs::exists(fs::path(o.out) / "dataset.json", ec)) {
-      const json have = read_dataset_json(o.out);
-      if (have.value("plan_sha256", "") != plan.digest || have.value("n_q", 0) != o.n_q)
-        throw Error(ErrorKind::Usage, (fs::path(o.out) / "dataset.json").string() + " was made with n_q " +
-                                          have.value("n_q", json()).dump() + " and plan " +
-                                          have.value("plan_sha256", "?").substr(0, 12) + "; this run has n_q " +
-                                          std::to_string(o.n_q) + " and plan " + plan.digest.substr(0, 12) +
-                                          " (use another output directory)");
-    }
-  }
-  json done = read_done(paths);
+  if (const json have = dataset_of_plan(o.out, plan); !have.is_null() && have.value("n_q", json()) != json(o.n_q))
+    throw Error(ErrorKind::Usage, (fs::path(o.out) / "dataset.json").string() + " was made with n_q " +
+                                      have.value("n_q", json()).dump() + "; this run has n_q " + std::to_string(o.n_q) +
+                                      " (use another output directory)");
+  // A journal of another plan is refused now, as status refuses it, before anything is written.
+  if (const json begin = journal_begin(paths.journal); !begin.is_null())
+    if (const std::string m = journal_mismatch(paths.journal, begin,
+                                               journal_header(shard, {{"shards", plan.shards}, {"plan_sha256", plan.digest}}));
+        !m.empty())
+      throw Error(ErrorKind::Usage, m);
+  std::string stale;
+  json done = read_done(paths, &stale, nullptr, &plan);
+  if (!stale.empty()) spdlog::warn("{}; encoding the shard again", stale);  // (as status lists it, naming why)
   if (!done.is_null() && !(o.retry_errors && done.value("errors", 0) > 0)) {
     spdlog::info("{}: already done ({} items, {} errors); nothing to do", name, done.value("items", 0), done.value("errors", 0));
     return 0;
@@ -192,10 +220,10 @@ int encode_shard(const EncodeShardOptions& o) {
   Engine& eng = *le.engine;
   if (o.n_q < 1 || o.n_q > eng.config().n_q)
     throw Error(ErrorKind::Usage, "--n-q must be 1.." + std::to_string(eng.config().n_q));
-  ensure_dataset_json(o.out, dataset_json(o, plan, eng));
+  const json dsj = dataset_json(o, plan, eng);
+  ensure_dataset_json(o.out, dsj);
   const int rate = eng.config().sample_rate;
-  const json header = {{"shard", shard}, {"shards", plan.shards}, {"plan_sha256", plan.digest}, {"n_q", o.n_q},
-                       {"weights_fingerprint", eng.model().fingerprint}};
+  const json header = journal_header(shard, dsj);  // (status holds a journal to the same one)
   if (!done.is_null()) reopen_for_retry(paths);
   std::error_code ec;
   bool retried = fs::exists(paths.retry_tar, ec);

@@ -19,6 +19,7 @@
 
 #include "app/audio_io.h"
 #include "app/dataset/entries.h"
+#include "app/dataset/item_files.h"
 #include "app/dataset/tar.h"
 #include "app/file_io.h"
 #include "app/json_bytes.h"
@@ -277,6 +278,53 @@ bool is_wav_scp(const std::string& path) {
   return name == "wav.scp" || fs::path(path).extension() == ".scp";
 }
 
+// What a file's header tells, read once per file at plan time.
+struct Header {
+  int64_t frames = 0;  // 0: the header does not say (a streamed WAV)
+  int rate = 0, channels = 0;
+};
+
+// The one judgement of an item against its file's header, for every kind of manifest: everything
+// the header tells is checked now, so that the worker never meets an item the plan could have
+// refused ("a plan is exact or not made"). "" when the item is planned - a segment that ends at
+// most kMaxOvershootSeconds past the end is cut to the end (`clipped`), and an unknown duration
+// is taken from the header - else every reason it is a bad entry: a channel the file does not
+// have, a start at or after the end, an end too far past it, a duration the file cannot hold (the
+// worker's own rule, check_encoded_length).
+std::string check_against_header(Item& it, const Header& h, bool& clipped) {
+  std::vector<std::string> why;
+  if (it.channel >= h.channels)
+    why.push_back("channel " + std::to_string(it.channel) + ", but the file has " + std::to_string(h.channels) +
+                  (h.channels == 1 ? " channel (channel 0)" : " channels (0.." + std::to_string(h.channels - 1) + ")"));
+  if (h.frames > 0) {
+    const double len = double(h.frames) / h.rate;
+    if (it.start >= len) {
+      why.push_back("the segment starts at " + seconds(it.start) + ", the file lasts " + seconds(len));
+    } else if (it.end > len && it.end - len > kMaxOvershootSeconds) {
+      why.push_back("the segment ends at " + seconds(it.end) + ", " + seconds(it.end - len) +
+                    " after the end of the file (" + seconds(len) + "; up to " + seconds(kMaxOvershootSeconds) +
+                    " past it is read as its end)");
+    } else if (it.end < 0 && it.duration > 0) {
+      // a duration the manifest gives for the rest of the file: the worker holds the audio to it
+      const int64_t left = h.frames - int64_t(std::llround(it.start * h.rate));
+      if (!check_encoded_length(it, left, h.rate).empty())
+        why.push_back("the manifest gives a duration of " + seconds(it.duration) + ", the file holds " +
+                      seconds(double(left) / h.rate) + (it.start > 0 ? " after its start" : ""));
+    }
+    if (why.empty()) {
+      if (it.end > len) {
+        it.end = len;  // a small overshoot (rounded times): to the end of the file, as the worker reads it
+        it.duration = len - it.start;
+        clipped = true;
+      }
+      if (it.duration < 0) it.duration = (it.end >= 0 ? it.end : len) - it.start;
+    }
+  }
+  std::string all;
+  for (const std::string& w : why) all += (all.empty() ? "" : "; ") + w;
+  return all;
+}
+
 void check_unique(const std::vector<Item>& items, const std::vector<Manifest>& manifests, Problems& problems) {
   std::map<std::string, std::vector<const Item*>> ids, keys;
   for (const Item& it : items) ids[it.id].push_back(&it), keys[it.key].push_back(&it);
@@ -432,7 +480,7 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
     bool need_header = false;
     EntryCheck check;
     int64_t frames = 0;
-    int rate = 0;
+    int rate = 0, channels = 0;
     std::string header_error;
   };
   std::vector<File> files;
@@ -442,7 +490,8 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
     const auto [it, fresh] = index.emplace(items[i].path, files.size());
     if (fresh) files.emplace_back().path = items[i].path;
     file_of[i] = it->second;
-    files[it->second].need_header |= items[i].duration < 0 || items[i].end >= 0;
+    // the header is read when the item needs its length, or has a channel to look for
+    files[it->second].need_header |= items[i].duration < 0 || items[i].end >= 0 || items[i].channel >= 0;
   }
   std::atomic<size_t> next{0};
   std::mutex mu;
@@ -457,6 +506,7 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
           AudioReader r(f.path);  // a regular file (checked above): opens the header only
           f.frames = r.frames();
           f.rate = r.sample_rate();
+          f.channels = r.channels();
           // frames 0: the header does not say its length (a streamed WAV): nothing to check a
           // segment against, and no duration for an item that needs one (below)
         } catch (const Error& e) {
@@ -499,24 +549,13 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
       it.probe_error = f.check.kind == EntryCheck::Unreadable ? it.path + ": " + f.check.why : header_error;
       if (it.duration < 0) it.duration = 0;
       unreadable.push_back((it.line ? origin_of(it, manifests) + ": " : "") + it.probe_error);
-    } else if (f.frames > 0) {
-      const double len = double(f.frames) / f.rate;
-      if (it.start >= len) {
-        problems.add(where + ": the segment starts at " + seconds(it.start) + ", the file lasts " + seconds(len));
+    } else if (f.check.kind == EntryCheck::File && f.need_header) {
+      bool clipped = false;
+      if (const std::string why = check_against_header(it, {f.frames, f.rate, f.channels}, clipped); !why.empty()) {
+        problems.add(where + ": " + why);
         continue;
       }
-      if (it.end > len) {
-        if (it.end - len > kMaxOvershootSeconds) {
-          problems.add(where + ": the segment ends at " + seconds(it.end) + ", " + seconds(it.end - len) +
-                       " after the end of the file (" + seconds(len) + "; up to " + seconds(kMaxOvershootSeconds) +
-                       " past it is read as its end)");
-          continue;
-        }
-        it.end = len;  // a small overshoot (rounded times): to the end of the file, as the worker reads it
-        it.duration = len - it.start;
-        ++out.clipped;
-      }
-      if (it.duration < 0) it.duration = (it.end >= 0 ? it.end : len) - it.start;
+      out.clipped += clipped;
     }
     kept.push_back(std::move(it));
   }

@@ -71,8 +71,12 @@ struct Inspection {
 // Looks at every item's file, `threads` files at a time: check_entry (entries.h) decides what it
 // is; a refused entry goes to `problems` and out of `items`. A file that cannot be read now keeps
 // duration 0 (when unknown) and gets probe_error (its shard records the error unless it is
-// readable by then). Unknown durations come from the headers, and segments are checked against
-// the file's length (kMaxOvershootSeconds). Throws Error(Environment) when the machine fails.
+// readable by then). The header of a file is read when one of its items needs its length (no
+// duration, or a segment) or names a channel, and then everything it tells is checked, the same
+// way for every kind of manifest: the channel against the file's channels, start and end against
+// its length (kMaxOvershootSeconds), a duration the manifest gives against what the file holds;
+// each item that fails goes to `problems` with every reason. Unknown durations come from the
+// headers. Throws Error(Environment) when the machine fails.
 Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& manifests, int threads,
                          Problems& problems);
 

@@ -143,8 +143,7 @@ void remove_stale_shards(const std::string& dir, int n) {
 }  // namespace
 
 void make_plan(const PlanOptions& o) {
-  if ((o.shards > 0) == (o.shard_hours > 0)) throw Error(ErrorKind::Usage, "give one of --shards N and --shard-hours H");
-  if (o.manifests.empty()) throw Error(ErrorKind::Usage, "no manifest given");
+  check_plan_options(o);
   const std::string plan_json = (fs::path(o.out) / "plan.json").string();
   std::error_code ec;
   if (fs::exists(plan_json, ec) && !o.force)

@@ -25,7 +25,11 @@ struct PlanOptions {
   bool skip_bad = false;
 };
 
-// Plans and writes PLAN/; prints a summary on stderr. Every bad entry of the manifests is printed
+// Error(Usage) for an empty -o or manifest path, not exactly one of a shard count in 1..99999 and
+// finite, positive --shard-hours, or a negative --probe-threads (app/dataset/options.cpp).
+void check_plan_options(const PlanOptions& o);
+
+// Plans and writes PLAN/ (check_plan_options first); prints a summary on stderr. Every bad entry of the manifests is printed
 // (Problems) and the plan refused (Error(Input), exit 3) unless skip_bad. Writes the shard files
 // without an fsync each, then makes the folder durable at once (syncfs) and writes plan.json
 // last. Throws Error(Usage/Input/Output/Environment).

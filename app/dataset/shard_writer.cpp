@@ -5,11 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "app/dataset/plan.h"
@@ -103,7 +106,131 @@ ShardPaths::ShardPaths(const std::string& out_dir, int shard_index) : out(out_di
   retry_tar = b + ".retry.tar";
 }
 
-json read_done(const ShardPaths& p, std::string* why, const json* dataset) {
+namespace {
+
+// A .done's fields, as finish() and encode_shard write them, by kind: a count (a JSON unsigned
+// integer), a number (finite), a string. A field written but not listed here makes every .done
+// invalid (a field the writer never writes), so a new one cannot go unchecked.
+enum class FieldKind { Count, Number, String };
+const std::vector<std::pair<std::string, FieldKind>> kDoneFields = {
+    {"shard", FieldKind::Count},          {"shards", FieldKind::Count},
+    {"plan_sha256", FieldKind::String},   {"n_q", FieldKind::Count},
+    {"weights_fingerprint", FieldKind::String},
+    {"planned_seconds", FieldKind::Number}, {"audio_seconds", FieldKind::Number},
+    {"started", FieldKind::Number},       {"finished", FieldKind::Number},
+    {"last_run_seconds", FieldKind::Number},
+    {"items", FieldKind::Count},          {"ok", FieldKind::Count},
+    {"errors", FieldKind::Count},         {"samples", FieldKind::Count},
+    {"frames", FieldKind::Count},         {"tar_bytes", FieldKind::Count},
+    {"tar_sha256", FieldKind::String}};
+
+// Seconds summed item by item against a total divided once, or hours written and read back:
+// equal up to rounding, while one sample (1/24000 s) more or less is not.
+bool close(double a, double b) { return std::fabs(a - b) <= 1e-6 + 1e-9 * std::max(std::fabs(a), std::fabs(b)); }
+
+bool is_sha256(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+}  // namespace
+
+std::vector<std::string> done_problems(const json& d, const DoneFacts& f) {
+  if (!d.is_object()) return {"not a JSON object"};
+  std::vector<std::string> out;
+  auto bad = [&](const std::string& k, const std::string& why) { out.push_back("'" + k + "' " + why); };
+  for (const auto& item : d.items()) {  // (not a structured binding: clang 14 cannot capture one in a lambda)
+    const std::string k = item.key();
+    if (std::none_of(kDoneFields.begin(), kDoneFields.end(), [&](const auto& e) { return e.first == k; }))
+      bad(k, "is not a field of a .done record");
+  }
+  // Each field of the right kind, or named once as missing or mistyped; the checks below take
+  // only well-typed fields.
+  std::map<std::string, json> v;
+  for (const auto& [k, kind] : kDoneFields) {
+    if (!d.contains(k)) {
+      bad(k, "is missing");
+      continue;
+    }
+    const json& x = d[k];
+    const bool ok = kind == FieldKind::Count    ? x.is_number_unsigned()
+                    : kind == FieldKind::Number ? x.is_number() && std::isfinite(x.get<double>())
+                                                : x.is_string();
+    if (ok) v[k] = x;
+    else bad(k, std::string("is ") + json_dump(x) + ", not " +
+                    (kind == FieldKind::Count ? "a count" : kind == FieldKind::Number ? "a number" : "a string"));
+  }
+  auto has = [&](const char* k) { return v.count(k) > 0; };
+  auto n = [&](const char* k) { return v.at(k).get<double>(); };
+  auto c = [&](const char* k) { return v.at(k).get<uint64_t>(); };
+  auto differs = [&](const char* k, const json& want, const std::string& source) {
+    if (has(k) && v.at(k) != want) bad(k, "is " + json_dump(v.at(k)) + ", " + source + " has " + json_dump(want));
+  };
+  // Where it belongs: this shard of this output's plan, n_q and weights.
+  if (f.shard >= 0) differs("shard", f.shard, "its file name");
+  if (f.dataset && f.dataset->is_object())
+    for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "shards"})
+      differs(k, f.dataset->value(k, json()), "dataset.json (made by another run?)");
+  const bool in_plan = f.plan && f.shard >= 0 && size_t(f.shard) < f.plan->shard_items.size();
+  if (f.plan) {
+    differs("plan_sha256", f.plan->digest, "the plan");
+    differs("shards", f.plan->shards, "the plan");
+  }
+  if (in_plan) differs("items", f.plan->shard_items[size_t(f.shard)], "the plan");
+  // Counts, against the files and against each other.
+  if (f.ok) differs("ok", *f.ok, "the index");
+  if (f.errors) differs("errors", *f.errors, "the errors file");
+  if (f.samples) differs("samples", *f.samples, "the index");
+  if (f.frames) differs("frames", *f.frames, "the index");
+  if (f.tar_bytes) differs("tar_bytes", *f.tar_bytes, "the tar on disk");
+  if (f.tar_sha256) differs("tar_sha256", *f.tar_sha256, "the tar on disk");
+  if (has("items") && has("ok") && has("errors") && c("items") != c("ok") + c("errors"))
+    bad("items", std::to_string(c("items")) + " is not 'ok' " + std::to_string(c("ok")) + " + 'errors' " +
+                     std::to_string(c("errors")));
+  if (has("tar_bytes") && (c("tar_bytes") % 512 || c("tar_bytes") < 1024))
+    bad("tar_bytes", std::to_string(c("tar_bytes")) + " is not a whole tar (512-byte blocks and its end blocks)");
+  if (has("tar_sha256") && !is_sha256(v.at("tar_sha256").get<std::string>())) bad("tar_sha256", "is not a sha256");
+  // (a dataset.json field that is not a number: nothing to hold the record to)
+  auto ds_int = [&](const char* k) -> int64_t {
+    const json* d = f.dataset;
+    return d && d->is_object() && d->contains(k) && (*d)[k].is_number_integer() ? (*d)[k].get<int64_t>() : 0;
+  };
+  const int64_t frame_size = ds_int("frame_size");
+  if (has("frames") && has("samples") && has("ok") && frame_size > 0) {
+    // each item holds at least one sample, and ceil(samples / frame size) frames
+    using U = unsigned __int128;  // (a tampered count times the frame size must not wrap)
+    const U fr = c("frames"), sa = c("samples"), ok = c("ok"), fs_ = U(frame_size);
+    if (fr < ok || sa < ok || fr * fs_ < sa || (ok > 0 ? (fr - ok) * fs_ >= sa : fr != 0 || sa != 0))
+      bad("frames", std::to_string(c("frames")) + " cannot be the frames of 'samples' " + std::to_string(c("samples")) +
+                        " in 'ok' " + std::to_string(c("ok")) + " items at " + std::to_string(frame_size) +
+                        " samples a frame");
+  }
+  // Seconds: what status adds up and presents.
+  const int64_t rate = ds_int("sample_rate");
+  if (has("audio_seconds") && has("samples") && rate > 0 && !close(n("audio_seconds"), double(c("samples")) / double(rate)))
+    bad("audio_seconds", "is " + json_dump(v.at("audio_seconds")) + ", but 'samples' " + std::to_string(c("samples")) +
+                             " at " + std::to_string(rate) + " Hz are " + json_dump(double(c("samples")) / double(rate)) + " s");
+  if (has("planned_seconds")) {
+    if (f.planned_seconds && !close(n("planned_seconds"), *f.planned_seconds))
+      bad("planned_seconds", "is " + json_dump(v.at("planned_seconds")) + ", the planned items last " +
+                                 json_dump(*f.planned_seconds) + " s");
+    else if (in_plan && !close(n("planned_seconds"), f.plan->shard_seconds[size_t(f.shard)]))
+      bad("planned_seconds", "is " + json_dump(v.at("planned_seconds")) + ", the plan has " +
+                                 json_dump(f.plan->shard_seconds[size_t(f.shard)]) + " s for this shard");
+  }
+  // Times: not recomputable, but they can be impossible (status derives its rate and ETA from them).
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (has("started") && n("started") < 1e9) bad("started", "is " + json_dump(v.at("started")) + ", not a time (Unix seconds)");
+  if (has("finished") && has("started") && n("finished") < n("started") - kClockSkewSeconds)
+    bad("finished", "is before 'started'");
+  if (has("finished") && n("finished") > now + kClockSkewSeconds) bad("finished", "is in the future");
+  if (has("last_run_seconds") &&
+      (n("last_run_seconds") < 0 ||
+       (has("started") && has("finished") && n("last_run_seconds") > n("finished") - n("started") + kClockSkewSeconds)))
+    bad("last_run_seconds", "is " + json_dump(v.at("last_run_seconds")) + ", not within 'started' .. 'finished'");
+  return out;
+}
+
+json read_done(const ShardPaths& p, std::string* why, const json* dataset, const Plan* plan) {
   std::error_code ec;
   if (why) why->clear();
   if (!fs::exists(p.done, ec)) return nullptr;
@@ -121,17 +248,47 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset) {
       ds = json::parse(read_all(dj));
       dataset = &ds;
     }
-    if (fs::file_size(p.tar, ec) != d.at("tar_bytes").get<uint64_t>() || ec)
-      return invalid("its tar is missing or not of the recorded size");
   } catch (const std::exception& e) {
     return invalid(std::string("damaged: ") + e.what());
   }
-  for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "shards"})
-    if (d.value(k, json()) != dataset->value(k, json()))
-      return invalid(std::string("made with another ") + k + " (" + json_dump(d.value(k, json())) + ") than " +
-                     "dataset.json (" + json_dump(dataset->value(k, json())) + "): not taken as done");
-  if (d.value("shard", -1) != p.shard) return invalid("made for shard " + json_dump(d.value("shard", json())));
-  return d;
+  DoneFacts facts;
+  facts.shard = p.shard;
+  facts.dataset = dataset;
+  facts.plan = plan;
+  const uint64_t size = fs::file_size(p.tar, ec);
+  if (ec) return invalid("its tar " + p.tar + " is missing: not taken as done");
+  facts.tar_bytes = size;
+  const std::vector<std::string> problems = done_problems(d, facts);
+  if (problems.empty()) return d;
+  std::string w;
+  for (const std::string& m : problems) w += (w.empty() ? "" : "; ") + m;
+  return invalid(w + ": not taken as done");
+}
+
+json journal_header(int shard, const json& dataset) {
+  json h = {{"shard", shard}};
+  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint"})
+    if (dataset.is_object() && dataset.contains(k)) h[k] = dataset[k];
+  return h;
+}
+
+json journal_begin(const std::string& journal) {
+  std::ifstream f(journal, std::ios::binary);
+  std::string line;
+  if (!f || !std::getline(f, line)) return nullptr;
+  try {
+    json j = json::parse(line);
+    if (j.is_object() && j.value("k", json()) == "begin") return j;
+  } catch (const std::exception&) {
+  }
+  return nullptr;  // (a first line cut or garbled: the worker begins the journal anew)
+}
+
+std::string journal_mismatch(const std::string& journal, const json& begin, const json& header) {
+  bool same = begin.is_object();
+  for (const auto& [k, v] : header.items()) same = same && begin.value(k, json()) == v;
+  if (same) return "";
+  return journal + ": this shard was begun with other settings (" + json_dump(begin) + "); remove its files to start it over";
 }
 
 std::vector<json> read_json_lines(const std::string& path) {
@@ -185,11 +342,7 @@ void ShardWriter::resume(const json& header) {
     }
     if (!begun) {
       if (j.value("k", "") != "begin") break;
-      json want = header, got = j;
-      want.erase("k"), got.erase("k"), got.erase("t");
-      if (got != want)
-        throw Error(ErrorKind::Usage, p_.journal + ": this shard was begun with other settings (" + json_dump(j) +
-                                          "); remove its files to start it over");
+      if (const std::string m = journal_mismatch(p_.journal, j, header); !m.empty()) throw Error(ErrorKind::Usage, m);
       begun = true;
       begun_at_ = j.value("t", 0.0);
       header_end_ = nl + 1;

@@ -26,11 +26,9 @@ struct ShardState {
   double started = 0, last = 0;  // Unix times (0: unknown)
 };
 
-// A journal read leniently (a line being written may be cut): what the shard has so far. False when
-// it was begun from another plan than `digest`.
-bool read_journal(const std::string& path, ShardState& s, int rate, double mtime, const std::string& digest) {
+// A journal read leniently (a line being written may be cut): what the shard has so far.
+void read_journal(const std::string& path, ShardState& s, int rate, double mtime) {
   std::ifstream f(path);
-  bool ours = true;
   for (std::string line; std::getline(f, line);) {
     json j;
     try {
@@ -38,13 +36,11 @@ bool read_journal(const std::string& path, ShardState& s, int rate, double mtime
     } catch (const std::exception&) {
       break;
     }
-    const std::string k = j.value("k", "");
-    if (k == "begin") s.started = j.value("t", 0.0), ours = j.value("plan_sha256", "") == digest;
+    const std::string k = j.is_object() ? j.value("k", "") : "";
     if (k == "ok") ++s.done_items, s.done_seconds += double(j.value("samples", int64_t(0))) / rate;
     if (k == "err") ++s.done_items, ++s.errors;
   }
   s.last = mtime;
-  return ours;
 }
 
 double mtime_of(const std::string& p) {
@@ -82,25 +78,18 @@ std::string ranges(const std::vector<int>& v) {
 }
 
 int status(const StatusOptions& o) {
-  if (o.format != "table" && o.format != "json" && o.format != "ranges")
-    throw Error(ErrorKind::Usage, "--format must be table, json or ranges");
-  std::string plan_dir = o.plan;
-  int rate = 24000;
+  check_status_options(o);
   std::error_code ec;
-  json dsj;  // null: no worker has started
-  if (fs::exists(fs::path(o.out) / "dataset.json", ec)) {
-    dsj = read_dataset_json(o.out);
-    if (plan_dir.empty() && dsj.contains("plan")) plan_dir = get_path(dsj, "plan");
-    rate = dsj.value("sample_rate", 24000);
-  } else if (plan_dir.empty()) {
-    throw Error(ErrorKind::Usage, o.out + ": no dataset.json yet (no shard started); give --plan PLAN/");
-  }
+  std::string plan_dir;
+  if (o.plan) plan_dir = *o.plan;
+  else if (fs::exists(fs::path(o.out) / "dataset.json", ec)) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
+  else throw Error(ErrorKind::Usage, o.out + ": no dataset.json yet (no shard started); give --plan PLAN/");
   const Plan plan = read_plan(plan_dir);
-  // Output of another plan (replaced with --force, or another --plan): nothing in it is done for this one.
-  const bool same_plan = dsj.is_object() && dsj.value("plan_sha256", "") == plan.digest;
-  if (dsj.is_object() && !same_plan)
-    spdlog::warn("{}: made from another plan than {} (plan_sha256 {} vs {}): no shard of it counts as done",
-                 o.out, plan_dir, dsj.value("plan_sha256", "?").substr(0, 12), plan.digest.substr(0, 12));
+  // What the worker asks before it writes anything: an output of another plan (replaced with
+  // --force, or another --plan) is refused here as there, with the same message and exit 2, so
+  // that status never lists shards for resubmission that every worker refuses.
+  const json dsj = dataset_of_plan(o.out, plan);  // null: no worker has started
+  const int rate = dsj.is_object() ? dsj.value("sample_rate", 24000) : 24000;
   size_t stale = 0;
   std::vector<ShardState> shards;
   const double now_t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -111,7 +100,8 @@ int status(const StatusOptions& o) {
     s.seconds = plan.shard_seconds[size_t(i)];
     const ShardPaths p(o.out, i);
     std::string why;
-    const json done = same_plan ? read_done(p, &why, &dsj) : json();
+    // (no dataset.json: a .done cannot be this output's)
+    const json done = dsj.is_object() ? read_done(p, &why, &dsj, &plan) : json();
     if (!why.empty() && ++stale <= 20) spdlog::warn("{}", why);  // a .done that is there but not valid
     if (!done.is_null()) {
       s.state = "done";
@@ -121,11 +111,16 @@ int status(const StatusOptions& o) {
       s.started = done.value("started", 0.0);
       s.last = done.value("finished", 0.0);
     } else if (fs::exists(p.journal, ec) || fs::exists(p.partial, ec)) {
-      const bool ours = read_journal(p.journal, s, rate, mtime_of(p.journal), plan.digest);
-      s.state = fs::exists(p.failed, ec) || !ours ? "failed" : "partial";
-      if (!ours)
-        spdlog::warn("{}: begun from another plan: its worker will refuse it (remove its files to start it over)",
-                     p.journal);
+      read_journal(p.journal, s, rate, mtime_of(p.journal));
+      // The worker's own check of the journal: a shard it would refuse is not listed to run.
+      // Without a dataset.json only the plan's part of the header is known.
+      const json begin = journal_begin(p.journal);
+      const json header = journal_header(i, dsj.is_object() ? dsj : json{{"shards", plan.shards}, {"plan_sha256", plan.digest}});
+      if (!begin.is_null()) {
+        if (const std::string m = journal_mismatch(p.journal, begin, header); !m.empty()) throw Error(ErrorKind::Usage, m);
+        if (begin.contains("t") && begin["t"].is_number()) s.started = begin["t"].get<double>();
+      }
+      s.state = fs::exists(p.failed, ec) ? "failed" : "partial";
     }
     shards.push_back(s);
   }

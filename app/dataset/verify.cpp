@@ -43,24 +43,44 @@ struct Totals {
 void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& ds, Checker& bad, Totals& tot) {
   const std::string name = shard_name(shard);
   std::string why;
-  const json done = read_done(p, &why, &ds);
+  json done = read_done(p, &why, &ds, &plan);  // every field against dataset.json, the plan, the tar's size
   if (done.is_null()) {
-    bad(name + ": not finished (" + (why.empty() ? "no " + p.done : why) + ")");
-    return;
+    // A record that is there but not valid, beside its tar: every field is held to the files
+    // below and each disagreement named (read_done's reason alone cannot tell which of two
+    // fields that disagree is the wrong one).
+    std::error_code ec;
+    if (!why.empty() && fs::exists(p.tar, ec)) {
+      try {
+        const std::vector<uint8_t> b = read_input(p.done);
+        done = json::parse(b.begin(), b.end());
+      } catch (const std::exception&) {
+        done = nullptr;
+      }
+    }
+    if (!done.is_object()) {
+      bad(name + ": not finished (" + (why.empty() ? "no " + p.done : why) + ")");
+      return;
+    }
+    bad(name + ": not finished: " + p.done + " is not valid for this output (each field that disagrees is named)");
   }
   const int n_q = ds.at("n_q").get<int>(), bins = ds.at("codebook_size").get<int>();
   const int64_t frame_size = ds.at("frame_size").get<int64_t>();
   const int rate = ds.at("sample_rate").get<int>();
-  if (done.value("plan_sha256", "") != plan.digest) bad(name + ": made from another plan");
   const std::vector<uint8_t> tar = read_input(p.tar);
-  if (sha256_hex(tar.data(), tar.size()) != done.value("tar_sha256", ""))
-    bad(name + ": " + p.tar + " does not match the sha256 in its .done record");
+  DoneFacts facts;  // what the files say, for every field of the .done (done_problems, at the end)
+  facts.shard = shard, facts.dataset = &ds, facts.plan = &plan;
+  facts.tar_bytes = tar.size();
+  facts.tar_sha256 = sha256_hex(tar.data(), tar.size());
+  // The fields of the .done against the facts gathered so far (at the end: all of them).
+  const auto check_done = [&] {
+    for (const std::string& m : done_problems(done, facts)) bad(name + ": " + p.done + ": " + m);
+  };
   std::vector<TarMember> members;
   try {
     members = read_tar(tar, p.tar);
   } catch (const Error& e) {
     bad(e.what());
-    return;
+    return check_done();
   }
   std::vector<json> index, errors;
   try {
@@ -68,7 +88,7 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
     errors = read_json_lines(p.errors);
   } catch (const Error& e) {
     bad(e.what());
-    return;
+    return check_done();
   }
   const std::vector<Item> items = read_shard_items(plan, shard);
   std::map<std::string, const Item*> by_key;
@@ -107,7 +127,7 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
   if (index.size() != expect.size() || members.size() != 2 * index.size()) {
     bad(name + ": " + std::to_string(index.size()) + " indexed items and " + std::to_string(members.size()) +
         " tar members for " + std::to_string(expect.size()) + " planned items that did not fail");
-    return;
+    return check_done();
   }
   int64_t sum_frames = 0, sum_samples = 0;
   for (size_t i = 0; i < index.size(); ++i) {
@@ -167,13 +187,13 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
       }
     tot.seconds += double(samples) / rate;
   }
-  // The .done record's counts against what the files hold.
-  const auto count = [&](const char* k) { return done.value(k, int64_t(-1)); };
-  if (count("items") != int64_t(items.size()) || count("errors") != int64_t(failed.size()) ||
-      count("ok") != int64_t(index.size()) || count("frames") != sum_frames || count("samples") != sum_samples ||
-      count("tar_bytes") != int64_t(tar.size()))
-    bad(name + ": the .done counts (items, ok, errors, frames, samples, tar_bytes) do not match the plan, index, "
-               "errors file and tar");
+  // Every field of the .done record against what the files hold, each disagreement by name.
+  facts.ok = int64_t(index.size()), facts.errors = int64_t(failed.size());
+  facts.samples = sum_samples, facts.frames = sum_frames;
+  double planned = 0;  // summed as the worker sums it
+  for (const Item& it : items) planned += it.duration;
+  facts.planned_seconds = planned;
+  check_done();
   tot.items += items.size();
   tot.errors += failed.size();
 }
@@ -181,11 +201,19 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
 }  // namespace
 
 int verify(const VerifyOptions& o) {
+  check_verify_options(o);
   const json ds = read_dataset_json(o.out);
-  const Plan plan = read_plan(o.plan.empty() ? (ds.contains("plan") ? get_path(ds, "plan") : "") : o.plan);
+  const Plan plan = read_plan(o.plan ? *o.plan : plan_named_by(ds, o.out));
   Checker bad;
-  if (ds.value("plan_sha256", "") != plan.digest)
-    bad(o.out + "/dataset.json: made from another plan than " + plan.dir);
+  // The worker's and status's own decision (dataset_of_plan); for verify, a problem (exit 3):
+  // nothing of this output can be checked against a plan it was not made from.
+  try {
+    dataset_of_plan(o.out, plan);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Usage) throw;
+    bad(e.what());
+    throw Error(ErrorKind::Input, "verify: " + o.out + " was not made from " + plan.dir);
+  }
   Totals tot;
   for (int i = 0; i < plan.shards; ++i) {
     try {

@@ -3,7 +3,8 @@
 # cluster on localhost (a generated slurm.conf in a temporary directory), submits the shards of a
 # plan as `sbatch --array=0-5` with `--shard auto`, waits with squeue, then resubmits what
 # `status --todo --format ranges` prints (6-7) the way docs/DATASETS.md does; then status shows
-# all done and verify passes. The daemons are stopped by their pid files at the end.
+# all done and verify passes; then, the plan replaced with --force, status refuses the output as
+# the workers do (nothing to submit). The daemons are stopped by their pid files at the end.
 # Usage: slurm_test.sh MIMI WEIGHTS. Exit 77 (skipped, with the reason) when not root or when the
 # daemons cannot start here.
 set -euo pipefail
@@ -109,4 +110,16 @@ wait_array "$JOB2" 2
 [ -z "$("$MIMI" dataset status out --todo --format ranges)" ] || fail "shards still unfinished"
 "$MIMI" dataset status out | tail -1 | grep -q '8 done' || fail "status does not show 8 done"
 "$MIMI" dataset verify out || fail "verify failed"
+# The plan replaced under the same folder (plan --force): status refuses the old output as every
+# worker would (exit 2, nothing on stdout), so the recipe submits no array whose every task fails.
+"$MIMI" dataset plan manifest.jsonl -o plan --shards 5 -f -q
+set +e
+TODO=$("$MIMI" dataset status out --todo --format ranges 2>"$T/status.err")
+RC=$?
+"$MIMI" dataset encode --plan plan --shard 0/5 -o out -q 2>"$T/encode.err"
+ERC=$?
+set -e
+[ "$RC" = 2 ] && [ -z "$TODO" ] || fail "status of an output of a replaced plan: exit $RC, printed '$TODO'"
+[ "$ERC" = 2 ] || fail "a worker on an output of a replaced plan: exit $ERC"
+[ "$(cat "$T/status.err")" = "$(cat "$T/encode.err")" ] || fail "status and the worker refuse differently"
 echo "PASS"

@@ -42,15 +42,20 @@ TEST_CASE("dataset books: a .done of a replaced plan or another n_q is not done 
                  "mimi dataset encode --plan plan --shard 0/2 -o out -q && mimi dataset encode --plan plan --shard 1/2 -o out -q")
               .code == 0);
   REQUIRE(box.sh("mimi dataset status out").out.find("2 done") != std::string::npos);
-  // the plan is replaced under the same folder: nothing of the old output counts for it
+  // the plan is replaced under the same folder: the output is the old plan's, and status refuses it
+  // as the worker does (exit 2, the same message), never listing shards that every worker refuses
   REQUIRE(box.sh("mimi dataset plan two.txt -o plan --shards 2 --force -q").code == 0);
   Run r = box.sh("mimi dataset status out");
-  CHECK(r.code == 0);
-  CHECK(r.out.find("0 done") != std::string::npos);
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
   CHECK(r.err.find("another plan") != std::string::npos);
-  CHECK(box.sh("mimi dataset status out --todo --format ranges").out == "0-1\n");
+  r = box.sh("mimi dataset status out --todo --format ranges");
+  CHECK(r.code == 2);
+  CHECK(r.out.empty());
   CHECK(box.sh("mimi dataset verify out").code == 3);
-  CHECK(box.sh("mimi dataset encode --plan plan --shard 0/2 -o out -q").code == 2);  // dataset.json names the old plan
+  const Run enc = box.sh("mimi dataset encode --plan plan --shard 0/2 -o out -q");
+  CHECK(enc.code == 2);  // dataset.json names the old plan
+  CHECK(enc.err.substr(enc.err.find("was made from")) == r.err.substr(r.err.find("was made from")));
   // dataset.json removed (a user starting over by hand): the old .done files are not skipped
   REQUIRE(box.sh("rm out/dataset.json").code == 0);
   r = box.sh("mimi dataset status out --plan plan");
@@ -207,7 +212,7 @@ TEST_CASE("dataset books: encode settings that need no model are checked by one 
   ds::EncodeShardOptions o;
   o.plan = "p", o.out = "o", o.shard = "0/1";
   CHECK_NOTHROW(ds::check_encode_options(o));
-  for (const char* bad : {"x", "10x", "-1", "1.5", "%", "101%", "nan", "inf"}) {
+  for (const char* bad : {"x", "10x", "-1", "1.5", "%", "101%", "nan", "inf", ""}) {
     CAPTURE(bad);
     o.max_errors = bad;
     CHECK(usage([&] { ds::check_encode_options(o); }));
@@ -216,7 +221,7 @@ TEST_CASE("dataset books: encode settings that need no model are checked by one 
   CHECK_NOTHROW(ds::check_encode_options(o));
   CHECK(ds::max_errors_limit("2%", 200) == doctest::Approx(4));
   CHECK(ds::max_errors_limit("10", 3) == 10);
-  CHECK(ds::max_errors_limit("", 3) == -1);
+  CHECK(ds::max_errors_limit(std::nullopt, 3) == -1);  // not given: no limit ("" is refused above)
   o.sync_seconds = -1;
   CHECK(usage([&] { ds::check_encode_options(o); }));
 }
