@@ -14,6 +14,7 @@
 #include <iostream>
 
 #include "app/bench.h"
+#include "app/gpu_trace.h"
 #include "app/commands.h"
 #include "app/dataset/dataset.h"
 #include "app/threads_env.h"
@@ -253,6 +254,18 @@ int run_main(int argc, char** argv) {
   c->add_flag("--recover", conv.recover, "Convert the good prefix of a damaged .mimi file");
   add_common(c, common);
 
+  GpuTraceOptions trace;
+  CLI::App* gt = app.add_subcommand("gpu-trace", "The ops the GPU plans launch, with shapes, as JSON Lines for "
+                                                 "scripts/gpu_model.py (the H200 cost model); no GPU needed");
+  gt->add_option("-o,--output", trace.out, "Trace file (JSON Lines)")->required();
+  gt->add_option("--config", trace.config, "Test config of the PRNG weights: tiny, tiny-window or full")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "tiny-window", "full"}));
+  gt->add_option("--seconds", trace.seconds, "Offline lengths (batch 1)")->delimiter(',')->check(finite_in(1e-3, 3600.0));
+  gt->add_option("--batches", trace.batches, "Offline batches of 128 frames")->delimiter(',')->check(CLI::Range(1, 4096));
+  gt->add_option("--slots", trace.slots, "Streaming slots")->delimiter(',')->check(CLI::Range(1, 4096));
+  gt->group("Developer");
+
   CLI::App* g = app.add_subcommand("gen-weights", "Write the deterministic PRNG test weights (WEIGHTS_SPEC.md)");
   g->add_option("--config", gw_config, "tiny, tiny-window or full")->capture_default_str();
   g->add_option("--dialect", gw_dialect, "moshi or hf")->capture_default_str();
@@ -390,6 +403,7 @@ int run_main(int argc, char** argv) {
     if (*c) return runner.convert(conv);
     if (*b) return run_bench(bench);
     if (*g) return runner.gen_weights(gw_config, gw_dialect, gw_seed, gw_out);
+    if (*gt) return run_gpu_trace(trace);
     if (*dp) return ds::make_plan(ds_plan), kOk;
     if (*de) {
       ds_enc.engine = {common.weights, common.config, common.device, common.threads, Parts{}};

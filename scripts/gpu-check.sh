@@ -159,6 +159,17 @@ kill $SMI 2>/dev/null
 line "peak device memory (nvidia-smi)" "$(sort -n "$MEMLOG" 2>/dev/null | tail -1) MiB"
 bench "CPU, same binary" "$W/cpu.txt" 60 bench --device cpu --weights "$W/model.safetensors" --seconds 10 --runs 3 --latency-frames 0
 
+# ---- the cost model's predictions for the same workloads (docs/gpu_model_h200.json, made here by
+# `mimi gpu-trace` + scripts/gpu_model.py), beside the measured lines above: the first run calibrates it
+if [ "$CFG" = full ] && [ -f docs/gpu_model_h200.json ] && command -v python3 >/dev/null; then
+  python3 -c "
+import json
+for r in json.load(open('docs/gpu_model_h200.json'))['results']:
+    v = ('%.2f ms per step' % (1e3 * r['predicted_s'])) if 'step_ms' in r else ('%.0f x real time' % r['x_real_time'])
+    print('%-40s %s' % ('model: ' + r['workload'], v))
+" | tee -a "$SUMMARY"
+fi
+
 # ---- last: HF transformers' MimiModel on the same weights (optional; never fails the check)
 if [ "$(elapsed)" -lt "$BUDGET" ] && python3 -c "from transformers import MimiModel" 2>/dev/null; then
   echo "== HF transformers MimiModel (float32) on the same weights"
