@@ -154,9 +154,11 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   if (path != "-") {
     if (::stat(path.c_str(), &st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
     if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Input, path + ": is a directory");
-    if (S_ISREG(st.st_mode) && st.st_size == 0) throw Error(ErrorKind::Input, path + ": is empty (no audio)");
   }
-  if (path == "-" || !S_ISREG(st.st_mode)) {  // stdin, a FIFO, a device: read as it comes
+  // stdin, a FIFO, a device, and a "regular" file of size 0 (/proc and sysfs files report 0 and
+  // hold data or fail to read): read as it comes, so emptiness is what a read says, and a read
+  // error is judged by its errno like any other (EIO: the machine's failure, not "empty")
+  if (path == "-" || !S_ISREG(st.st_mode) || st.st_size == 0) {
     if (path != "-") {
       fd = open_input(path);
       impl_->fd = fd;

@@ -254,6 +254,7 @@ void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, c
   t.meta.source_channels = a.source_channels;
   if (ch >= 0) t.meta.channel = ch;
   t.meta.weights_fingerprint = eng.model().fingerprint;
+  t.meta.config_fingerprint = eng.model().config_fingerprint();
   t.meta.tool_version = MIMI_VERSION;
   const TokenFormat fmt = token_format_for(o.format, o.out);
   const std::string path = encoded_output(o, in, ch);
@@ -429,8 +430,13 @@ int App::info(const std::vector<std::string>& files) {
             j["fingerprint"] = m->fingerprint;
             j["valid"] = true;
           } catch (const Error& e) {
+            if (e.kind() == ErrorKind::Environment) throw;
+            // described, and still a failure: the exit code says what encode would say (4), as a
+            // damaged token file's description comes with exit 3
             j["valid"] = false;
             j["error"] = e.what();
+            spdlog::error("{}", e.what());
+            if (code == kOk) code = kWeightsError;
           }
         }
       }

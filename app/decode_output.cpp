@@ -65,6 +65,16 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
                                           "); pass --allow-weights-mismatch to decode anyway");
     spdlog::warn("{}: made with other weights (fingerprint {}), decoding anyway", what, t.meta.weights_fingerprint);
   }
+  // The weights fingerprint covers the tensors alone: the same tensors under another config
+  // (sliding_window, rope_theta, ...) made other codes. Files without one (older): no check.
+  const std::string cfp = eng.model().config_fingerprint();
+  if (!t.meta.config_fingerprint.empty() && t.meta.config_fingerprint != cfp) {
+    if (!allow_mismatch)
+      throw Error(ErrorKind::Weights, what + ": made with another config (config fingerprint " +
+                                          t.meta.config_fingerprint + ", loaded " + cfp +
+                                          "); pass --allow-weights-mismatch to decode anyway");
+    spdlog::warn("{}: made with another config (config fingerprint {}), decoding anyway", what, t.meta.config_fingerprint);
+  }
   const int n_q = n_q_flag > 0 ? n_q_flag : std::min(n_q_default > 0 ? n_q_default : t.codes.n_q, t.codes.n_q);
   if (n_q > t.codes.n_q)
     // a property of this file (others in the batch may hold enough): its own error, not a usage error
@@ -94,7 +104,8 @@ int output_rate(const Config& c, const TokenFile& t, const std::string& flag, co
   int to = 0;
   const auto r = std::from_chars(flag.data(), flag.data() + flag.size(), to);
   if (r.ec != std::errc() || r.ptr != flag.data() + flag.size() || to < kMinSampleRate || to > kMaxSampleRate)
-    throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz or 'source', got '" + flag + "'");
+    throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz from " + std::to_string(kMinSampleRate) + " to " +
+                                      std::to_string(kMaxSampleRate) + ", or 'source', got '" + flag + "'");
   return to;
 }
 

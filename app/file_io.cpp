@@ -370,8 +370,15 @@ int batch_slots(int asked, size_t items, int fds_per_slot) {
   int n = asked;
   if (items > 0 && size_t(n) > items) n = int(items);
   n = std::max(n, 1);
+  // The batched runners (codec/batch.cpp) keep a step in flight while the next one is filled: a
+  // slot whose item has pushed its last chunk takes the next item at once, while the item that
+  // ended stays open until the codes (samples) of that step are collected. So a slot holds up to
+  // two items, each with its `fds_per_slot` descriptors (counting one per slot, as before, let
+  // twice the limit's worth of inputs open: EMFILE, exit 75, on every rerun).
+  constexpr int kItemsPerSlot = 2;
+  const long long per_slot = (long long)std::max(fds_per_slot, 1) * kItemsPerSlot;
   constexpr int kReserve = 8;  // the weights, a journal, a tar, a lock, an output written at a time
-  reserve_open_files(n * fds_per_slot + kReserve + 64);
+  reserve_open_files(int(std::min<long long>(n * per_slot + kReserve + 64, 1 << 30)));
   rlimit r{};
   if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return n;
   int open_now = 0;
@@ -380,7 +387,7 @@ int batch_slots(int asked, size_t items, int fds_per_slot) {
   const long long room = (long long)r.rlim_cur - open_now - kReserve;
   // at least one slot: the run then needs what a one-by-one run needs, and a descriptor that is
   // still missing fails as the environment (EMFILE: exit 75), never as an input
-  const long long fit = std::max<long long>(room / fds_per_slot, 1);
+  const long long fit = std::max<long long>(room / per_slot, 1);
   if (fit < n) {
     spdlog::warn("--batch {}: the open-file limit (ulimit -n {}) holds {} slot{}; using {}", asked,
                  (long long)r.rlim_cur, fit, fit == 1 ? "" : "s", fit);

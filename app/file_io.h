@@ -86,7 +86,9 @@ void remove_pending_temporaries();
 void reserve_open_files(int n);
 
 // The slots a --batch run gets: at most `asked`, at most `items` (0: unknown), and no more than
-// the open-file limit holds at `fds_per_slot` each beside the descriptors already open and a
+// the open-file limit holds at `fds_per_slot` per item, two items per slot (the pipelined runners
+// keep an ended item open until its step is collected while its slot reads the next), beside the
+// descriptors already open and a
 // reserve (the limit is raised to the hard one first), and at least 1. Fewer than asked is a
 // warning. Decided here, before any slot opens a file, so a low limit never shows up later as
 // items that "cannot be opened"; a descriptor still missing then is EMFILE: Error(Environment).

@@ -39,6 +39,22 @@ CLI::Validator finite_in(double lo, double hi) {
       "FLOAT in [" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]");
 }
 
+// The one place for empty option values: `--weights "$W"` with W unset must not quietly mean
+// "the default" ($MIMI_WEIGHTS, the HF cache, beside the input, 24 kHz...). Every option or
+// positional given, of every command, with an empty value is a usage error naming it.
+void refuse_empty_values(const CLI::App& app) {
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0) continue;
+    for (const std::string& v : o->results())
+      if (v.empty())
+        throw CLI::ValidationError(o->get_name(), o->nonpositional()
+                                                      ? "an empty value (an unset shell variable?): give one, or leave "
+                                                        "the option out for its default"
+                                                      : "an empty file name (an unset shell variable?)");
+  }
+  for (const CLI::App* sub : app.get_subcommands()) refuse_empty_values(*sub);
+}
+
 // Every message is one line however odd the file names in it: control characters (a newline in a
 // name) and bytes that are not UTF-8 are written as \xNN (app/json_bytes.h). The one place where
 // messages reach the terminal.
@@ -387,6 +403,7 @@ int run_main(int argc, char** argv) {
   install_signal_handlers();  // first: SIGPIPE ignored, so --help into a closed pipe is a write error
   try {
     app.parse(argc, argv);
+    refuse_empty_values(app);
   } catch (const CLI::ParseError& err) {
     const int rc = app.exit(err);  // --help, --version, or the usage error
     return check_stdout(rc == 0 ? kOk : kUsage);

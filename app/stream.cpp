@@ -80,7 +80,8 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
   nlohmann::json header = {{"format", "mimi-codes"}, {"n_q", o.n_q}, {"codebook_size", c.bins},
                            {"sample_rate", c.sample_rate}, {"frame_rate", c.frame_rate},
                            {"source_sample_rate", l.rate}, {"source_channels", l.channels},
-                           {"weights_fingerprint", engine.model().fingerprint}, {"tool_version", MIMI_VERSION}};
+                           {"weights_fingerprint", engine.model().fingerprint},
+                           {"config_fingerprint", engine.model().config_fingerprint()}, {"tool_version", MIMI_VERSION}};
   MimiWriter w(bytes, header);
   const bool mimi = o.format == "mimi";
   if (mimi) out.write(bytes.data(), bytes.size());
@@ -174,6 +175,13 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
     const std::string fpr = fp != mh.json.end() && fp->is_string() ? fp->get<std::string>() : "";
     if (!fpr.empty() && fpr != engine.model().fingerprint && !o.allow_weights_mismatch)
       throw Error(ErrorKind::Weights, what + ": made with other weights (fingerprint " + fpr +
+                                          "); pass --allow-weights-mismatch to decode anyway");
+    // (the same tensors under another config: other codes, refused alike; absent in older streams)
+    const auto cf = mh.json.find("config_fingerprint");
+    const std::string cfr = cf != mh.json.end() && cf->is_string() ? cf->get<std::string>() : "";
+    if (!cfr.empty() && cfr != engine.model().config_fingerprint() && !o.allow_weights_mismatch)
+      throw Error(ErrorKind::Weights, what + ": made with another config (config fingerprint " + cfr + ", loaded " +
+                                          engine.model().config_fingerprint() +
                                           "); pass --allow-weights-mismatch to decode anyway");
   } else {
     // 0xEF: a UTF-8 byte-order mark (parse_text_frame skips it on line 1, or refuses the line)

@@ -67,6 +67,7 @@ void meta_from_json(TokenMeta& m, const nlohmann::json& j, const std::string& wh
   if (auto v = integer("source_channels", 1, 1 << 16)) m.source_channels = int(*v);
   if (auto v = integer("channel", 0, 1 << 16)) m.channel = int(*v);
   m.weights_fingerprint = str("weights_fingerprint");
+  m.config_fingerprint = str("config_fingerprint");
   m.tool_version = str("tool_version");
 }
 
@@ -325,6 +326,7 @@ nlohmann::json meta_to_json(const TokenMeta& m) {
   if (m.source_channels) j["source_channels"] = *m.source_channels;
   if (m.channel) j["channel"] = *m.channel;
   if (!m.weights_fingerprint.empty()) j["weights_fingerprint"] = m.weights_fingerprint;
+  if (!m.config_fingerprint.empty()) j["config_fingerprint"] = m.config_fingerprint;
   if (!m.tool_version.empty()) j["tool_version"] = m.tool_version;
   return j;
 }

@@ -33,6 +33,7 @@ struct TokenMeta {
   std::optional<int> source_channels;
   std::optional<int> channel;                  // which source channel, when split
   std::string weights_fingerprint;             // empty = unknown
+  std::string config_fingerprint;              // Model::config_fingerprint; empty = unknown (older files)
   std::string tool_version;
 };
 

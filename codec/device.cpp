@@ -91,10 +91,15 @@ const Kernels& kernels_for(const Device& d) {
     default: {
       const char* want = d.kind == Device::Kind::Cuda ? "CUDA" : "HIP";
 #ifdef MIMI_WITH_GPU_KERNELS
-      if (std::string(gpu::vendor()) != want)
+      if (std::string(gpu::vendor()) != want) {
+        // advise the build's own GPU only when it sees one (else that advice fails too)
+        const std::string own = std::string(gpu::vendor()) == "CUDA" ? "cuda" : "hip";
         throw Error(ErrorKind::Device, "device " + d.str() + " is not available: this build of mimi has the " +
-                                           gpu::vendor() + " backend, not " + want + " (use --device " +
-                                           (std::string(gpu::vendor()) == "CUDA" ? "cuda" : "hip") + " or cpu)");
+                                           gpu::vendor() + " backend, not " + want +
+                                           (gpu::device_count() > 0 ? " (use --device " + own + " or cpu)"
+                                                                    : " (and sees no " + std::string(gpu::vendor()) +
+                                                                          " device: use --device cpu)"));
+      }
       std::string why;
       const int n = gpu::device_count(&why);
       if (d.index >= n)

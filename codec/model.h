@@ -65,6 +65,10 @@ struct Model {
   Dialect dialect = Dialect::Moshi;
   std::string source;       // file it came from
   std::string fingerprint;  // hex id of the weights (see weights.cpp)
+  // Hex id of the config (weights.cpp): the weights fingerprint covers the tensors alone, and the
+  // same tensors under another config (sliding_window, rope_theta, ...) give other codes.
+  // Recorded beside it wherever codes are kept; a separate id so existing fingerprints stay valid.
+  std::string config_fingerprint() const;
   // Whether the tensors of each direction were kept at load (weights.h Parts); a direction not
   // kept has empty tensors (shapes set, data == nullptr) and must not be run.
   bool has_encoder = true, has_decoder = true;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "codec/error.h"
+#include "codec/sha256.h"
 
 namespace mimi {
 namespace {
@@ -521,6 +522,15 @@ std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Confi
     if (e.kind() == ErrorKind::Input) throw Error(ErrorKind::Weights, e.what());
     throw;
   }
+}
+
+// The config's canonical form: Config::to_json (every field that shapes the codes, under HF's
+// names, parsed values so "rope_theta" and "rope_parameters" spellings agree) dumped with sorted
+// keys (nlohmann objects are ordered) and no spaces, then hashed. Kept apart from the weights
+// fingerprint, which token files and datasets already record and must keep its value.
+std::string Model::config_fingerprint() const {
+  const std::string canon = cfg.to_json().dump();
+  return sha256_hex(canon.data(), canon.size());
 }
 
 }  // namespace mimi

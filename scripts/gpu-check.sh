@@ -19,6 +19,9 @@ B=${MIMI_GPU_BUILD:-build-gpu}
 # MIMI_GPU_CHECK_DEVICE=cpu MIMI_GPU_CHECK_CONFIG=tiny MIMI_GPU_BUILD=build
 DEV=${MIMI_GPU_CHECK_DEVICE:-cuda}
 CFG=${MIMI_GPU_CHECK_CONFIG:-full}
+# the benchmarks' lengths: 10 s and 60 s; a dry run on a CPU (CI) runs every phase at a tenth of
+# the work (1 s and 6 s, a tenth of the streamed frames): the script's path is what it checks
+if [ "$DEV" = cpu ]; then S1=1 S2=6 SCALE=10; else S1=10 S2=60 SCALE=1; fi
 T0=$(date +%s)
 BUDGET=${MIMI_GPU_CHECK_BUDGET_S:-450}
 SUMMARY=${GPU_CHECK_SUMMARY:-${OUT:-.}/gpu-check-summary.txt}
@@ -138,7 +141,7 @@ rtf() { awk -v d="$2" -v s="$3" '$1 == d && $2 == s"s" {print $7}' "$1" 2>/dev/n
 bench() {
   local name=$1 file=$2 limit=$3; shift 3
   phase "bench $name" "$limit" bash -c 'set -o pipefail; "$@" | tee "'"$file"'"' _ run_bin_mimi "$@"
-  for secs in 10 60; do
+  for secs in $S1 $S2; do
     local e=$(rtf "$file" encode $secs)
     [ -n "$e" ] && line "  encode / decode ${secs} s" "$e / $(rtf "$file" decode $secs) x real time"
   done
@@ -150,14 +153,14 @@ export -f run_bin_mimi
 gb() { echo bench --device "$DEV" --weights "$W/model.safetensors"; }
 # 400 single-frame steps at batch 1 (the last ~150 with full windows, captured as graphs); at
 # batch 64, 150 steps: a slot is steady only after 125, so 100 never captured a graph
-bench "batch 1" "$W/b1.txt" 120 $(gb) --seconds 10,60 --runs 3 --latency-frames 400
-bench "batch 1, --no-graphs" "$W/b1n.txt" 60 $(gb) --seconds 10 --runs 2 --latency-frames 400 --no-graphs
-bench "batch 8" "$W/b8.txt" 60 $(gb) --seconds 10 --runs 2 --batch 8 --latency-frames 0
-bench "batch 64" "$W/b64.txt" 150 $(gb) --seconds 10,60 --runs 2 --batch 64 --latency-frames 150
-bench "batch 256" "$W/b256.txt" 120 $(gb) --seconds 10 --runs 1 --batch 256 --latency-frames 0
+bench "batch 1" "$W/b1.txt" 120 $(gb) --seconds $S1,$S2 --runs 3 --latency-frames $((400 / SCALE))
+bench "batch 1, --no-graphs" "$W/b1n.txt" 60 $(gb) --seconds $S1 --runs 2 --latency-frames $((400 / SCALE)) --no-graphs
+bench "batch 8" "$W/b8.txt" 60 $(gb) --seconds $S1 --runs 2 --batch 8 --latency-frames 0
+bench "batch 64" "$W/b64.txt" 150 $(gb) --seconds $S1,$S2 --runs 2 --batch 64 --latency-frames $((150 / SCALE))
+bench "batch 256" "$W/b256.txt" 120 $(gb) --seconds $S1 --runs 1 --batch 256 --latency-frames 0
 kill $SMI 2>/dev/null
 line "peak device memory (nvidia-smi)" "$(sort -n "$MEMLOG" 2>/dev/null | tail -1) MiB"
-bench "CPU, same binary" "$W/cpu.txt" 60 bench --device cpu --weights "$W/model.safetensors" --seconds 10 --runs 3 --latency-frames 0
+bench "CPU, same binary" "$W/cpu.txt" 60 bench --device cpu --weights "$W/model.safetensors" --seconds $S1 --runs 3 --latency-frames 0
 
 # ---- the cost model's predictions for the same workloads (docs/gpu_model_h200.json, made here by
 # `mimi gpu-trace` + scripts/gpu_model.py), beside the measured lines above: the first run calibrates it

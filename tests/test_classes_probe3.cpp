@@ -10,6 +10,7 @@
 #include <sndfile.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -232,4 +233,58 @@ TEST_CASE("classes: every number option refuses '', nan, 1e99, -1 and x, naming 
   }
   CHECK(checked >= 5 * 20);  // the parse found the options
   CHECK(list_tree(box.dir).empty());
+}
+
+// Every option of every command, from the commands' own --help, given an empty value (an unset
+// shell variable) is a usage error naming it: never a quiet default ($MIMI_WEIGHTS, beside the
+// input, 24 kHz, the synthetic signal...). The fourth probe found --weights '', --config '',
+// -o '', --sample-rate '' and bench --input '' taking their defaults.
+TEST_CASE("classes: every option given '' is a usage error naming it") {
+  Sandbox box("clsp3empty");
+  write_wav(box / "in.wav", sine(220, 2400, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  // each command with what it requires otherwise (a required option is left out when it is the
+  // one under test), so the empty value is what the parse meets
+  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> commands = {
+      {"encode", {{"", "in.wav"}}},
+      {"decode", {{"", "in.wav"}}},
+      {"roundtrip", {{"", "in.wav"}}},
+      {"convert", {{"", "in.wav"}, {"--output", "x.txt"}}},
+      {"info", {{"", "in.wav"}}},
+      {"bench", {}},
+      {"gen-weights", {{"--output", "gw.safetensors"}}},
+      {"gpu-trace", {{"--output", "t.jsonl"}}},
+      {"dataset plan", {{"", "in.wav"}, {"--output", "p"}}},
+      {"dataset encode", {{"--plan", "p"}, {"--shard", "0/1"}, {"--output", "o"}}},
+      {"dataset status", {{"", "o"}}},
+      {"dataset verify", {{"", "o"}}}};
+  int checked = 0;
+  for (const auto& [c, required] : commands) {
+    const Run help = box.sh("mimi " + c + " --help");
+    REQUIRE(help.code == 0);
+    std::istringstream lines(help.out);
+    for (std::string l; std::getline(lines, l);) {
+      const size_t dd = l.find("--");
+      if (dd == std::string::npos || l.find_first_not_of(" -,abcdefghijklmnopqrstuvwxyz") < dd) continue;
+      const size_t sp = l.find(' ', dd);
+      if (sp == std::string::npos || l.size() <= sp + 1 || !std::isupper(static_cast<unsigned char>(l[sp + 1]))) continue;
+      const std::string opt = l.substr(dd, sp - dd);  // an option that takes a value (TEXT, INT, ...)
+      std::string rest;
+      for (const auto& [flag, value] : required)
+        if (flag != opt) rest += " " + (flag.empty() ? value : flag + " " + value);
+      const Listing before = list_tree(box.dir);
+      const Run r = box.sh("MIMI_WEIGHTS=/nonexistent/w.safetensors mimi " + c + " " + opt + " ''" + rest + " 2>&1 >/dev/null", 30);
+      CAPTURE(c);
+      CAPTURE(opt);
+      CAPTURE(r.out);
+      check_sane(r);
+      CHECK(r.code == 2);
+      CHECK(r.out.find(opt) != std::string::npos);
+      CHECK(list_tree(box.dir) == before);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 40);
+  const Run pos = box.sh("mimi encode '' in.wav -o out/ 2>&1");
+  CHECK(pos.code == 2);
+  CHECK(contains_ci(pos.out, "empty file name"));
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <nlohmann/json.hpp>
@@ -291,6 +292,46 @@ TEST_CASE("cli: exit codes for usage, weights, outputs and devices") {
   CHECK(r.code == 4);
   CHECK(r.err.find("other weights") != std::string::npos);
   CHECK(box.sh("mimi decode a.mimi --weights other/w.safetensors -o z.wav --allow-weights-mismatch -q").code == 0);
+  // config fingerprint: the same tensors under another config made other codes. A generated
+  // sweep, one field changed at a time, over each token format with metadata: refused as other weights are
+  // (exit 4, or decoded with --allow-weights-mismatch); the same config decodes byte-identically.
+  {
+    const nlohmann::json base = nlohmann::json::parse(slurp(fs::path(box.weights).parent_path() / "config.json"));
+    const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> changes = {
+        {"sliding_window", [](nlohmann::json& c) { c["sliding_window"] = 3; }},
+        {"rope_theta", [](nlohmann::json& c) { c["rope_theta"] = 7.0; c["rope_parameters"]["rope_theta"] = 7.0; }},
+        {"norm_eps", [](nlohmann::json& c) { c["norm_eps"] = 1e-2; }},
+        {"dilation_growth_rate", [](nlohmann::json& c) { c["dilation_growth_rate"] = 3; }},
+    };
+    auto weights_dir = [&](const std::string& d, const nlohmann::json& cfg) {
+      fs::create_directories(box / d);
+      fs::copy_file(box.weights, box / d / "model.safetensors");
+      box.put(d + "/config.json", cfg.dump(1));
+    };
+    weights_dir("cfg-same", base);
+    // (the formats with metadata: .npy and .txt hold bare codes, no weights fingerprint either)
+    for (const char* fmt : {"mimi", "safetensors"}) {
+      CAPTURE(fmt);
+      const std::string tok = std::string("c.") + fmt;
+      REQUIRE(box.sh("mimi encode a.wav -o " + tok + " --weights cfg-same -q").code == 0);
+      REQUIRE(box.sh("mimi decode " + tok + " -o ref.wav -f -q").code == 0);
+      Run same = box.sh("mimi decode " + tok + " --weights cfg-same -o same.wav -f");
+      CHECK_MESSAGE(same.code == 0, same.err);
+      CHECK(box.get("same.wav") == box.get("ref.wav"));
+      for (const auto& [field, change] : changes) {
+        CAPTURE(field);
+        nlohmann::json cfg = base;
+        change(cfg);
+        const std::string d = "cfg-" + field;
+        if (!fs::exists(box / d)) weights_dir(d, cfg);
+        REQUIRE(box.sh("mimi encode a.wav -o " + d + ".mimi -f --weights " + d + " -q").code == 0);  // it loads
+        r = box.sh("mimi decode " + tok + " --weights " + d + " -o z.wav -f");
+        CHECK(r.code == 4);
+        CHECK(r.err.find("another config") != std::string::npos);
+        CHECK(box.sh("mimi decode " + tok + " --weights " + d + " -o z.wav -f --allow-weights-mismatch -q").code == 0);
+      }
+    }
+  }
   r = box.sh("mimi --help");
   CHECK(r.code == 0);
   CHECK(r.out.find("Exit codes") != std::string::npos);

@@ -48,6 +48,7 @@ json dataset_fields(const EncodeShardOptions& o, const Plan& plan, const Engine&
           {"version", 1},
           {"tool_version", MIMI_VERSION},
           {"weights_fingerprint", eng.model().fingerprint},
+          {"config_fingerprint", eng.model().config_fingerprint()},
           {"weights_dialect", dialect_name(eng.model().dialect)},
           {"n_q", o.n_q},
           {"codebook_size", c.bins},
@@ -68,11 +69,17 @@ json dataset_json(const EncodeShardOptions& o, const Plan& plan, const Engine& e
   return j;
 }
 
-// What a second run must agree on with the first (tool version and paths may differ).
+// What a second run must agree on with the first (tool version and paths may differ). The
+// config's fingerprint too: the same tensors under another config give other codes, and a shard
+// resumed under it would hold codes of two models. A dataset.json without one (made before it was
+// recorded) is accepted: nothing says which config made it.
 void check_same(const json& have, const json& want, const std::string& path) {
-  for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "sample_rate", "frame_rate", "codebook_size"}) {
+  for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint", "sample_rate", "frame_rate",
+                        "codebook_size"}) {
     if (have.value(k, json()) == want.at(k)) continue;
-    const ErrorKind kind = std::string(k) == "weights_fingerprint" ? ErrorKind::Weights : ErrorKind::Usage;
+    const bool model = std::string(k) == "weights_fingerprint" || std::string(k) == "config_fingerprint";
+    if (std::string(k) == "config_fingerprint" && !(have.is_object() && have.contains(k))) continue;
+    const ErrorKind kind = model ? ErrorKind::Weights : ErrorKind::Usage;
     throw Error(kind, path + " was made with " + k + " " + json_dump(have.value(k, json())) + "; this run has " +
                           json_dump(want.at(k)) + " (use another output directory)");
   }
@@ -364,6 +371,7 @@ int encode_shard(const EncodeShardOptions& o) {
                         {"plan_sha256", plan.digest},
                         {"n_q", o.n_q},
                         {"weights_fingerprint", eng.model().fingerprint},
+                        {"config_fingerprint", eng.model().config_fingerprint()},
                         {"planned_seconds", planned},
                         {"audio_seconds", prog.audio()},
                         {"started", w.begun_at()},

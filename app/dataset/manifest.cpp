@@ -261,8 +261,8 @@ std::string read_directory(const std::string& dir, int source, Problems& problem
 }
 
 std::string seconds(double s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3f s", s);
+  char b[64];  // (wide enough for any double: "%.3f" of 1e308 has 300+ digits, so those go as %g)
+  std::snprintf(b, sizeof b, std::fabs(s) < 1e12 ? "%.3f s" : "%.6g s", s);
   return b;
 }
 
@@ -465,7 +465,8 @@ std::vector<Item> read_manifests(const std::vector<std::string>& paths, std::vec
     if (ustar_fits(it.key + ".json")) kept.push_back(std::move(it));
     else
       problems.add(origin_of(it, manifests) + ": id '" + it.id +
-                   "' is too long for a tar member name (ustar: 255 bytes)");
+                   "' is too long for a tar member name (ustar: at most 100 bytes for the last path "
+                   "component and 155 before it, split at a '/')");
   }
   check_unique(kept, manifests, problems);
   if (!collect && !problems.empty()) problems.fail(false);

@@ -312,7 +312,17 @@ int resolve_shard(const std::string& spec, int plan_shards, const EnvLookup& env
   if (env("SLURM_ARRAY_TASK_ID")) {
     const long long id = need("SLURM_ARRAY_TASK_ID");
     const long long min = env("SLURM_ARRAY_TASK_MIN") ? need("SLURM_ARRAY_TASK_MIN") : 0;
-    found.push_back({"SLURM_ARRAY_TASK_ID " + std::to_string(id) + " - SLURM_ARRAY_TASK_MIN " + std::to_string(min), id - min});
+    // A whole array (as many tasks as shards) may start at any id (--array=1-N): the shard is the
+    // offset from its first id. A smaller array is a subset, resubmitted from `status --todo
+    // --format ranges`, whose ids are the shard indices themselves: offsetting them would run
+    // other shards than the ones asked for (and report success).
+    if (env("SLURM_ARRAY_TASK_COUNT") && need("SLURM_ARRAY_TASK_COUNT") != plan_shards)
+      found.push_back({"SLURM_ARRAY_TASK_ID " + std::to_string(id) + " (an array of " +
+                           std::to_string(need("SLURM_ARRAY_TASK_COUNT")) + " tasks for " + total +
+                           " shards: its ids are shard indices)",
+                       id});
+    else
+      found.push_back({"SLURM_ARRAY_TASK_ID " + std::to_string(id) + " - SLURM_ARRAY_TASK_MIN " + std::to_string(min), id - min});
   } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
     check_count("SLURM_NTASKS", need("SLURM_NTASKS"));
     found.push_back({"SLURM_PROCID", need("SLURM_PROCID")});

@@ -115,7 +115,7 @@ enum class FieldKind { Count, Number, String };
 const std::vector<std::pair<std::string, FieldKind>> kDoneFields = {
     {"shard", FieldKind::Count},          {"shards", FieldKind::Count},
     {"plan_sha256", FieldKind::String},   {"n_q", FieldKind::Count},
-    {"weights_fingerprint", FieldKind::String},
+    {"weights_fingerprint", FieldKind::String},   {"config_fingerprint", FieldKind::String},
     {"planned_seconds", FieldKind::Number}, {"audio_seconds", FieldKind::Number},
     {"started", FieldKind::Number},       {"finished", FieldKind::Number},
     {"last_run_seconds", FieldKind::Number},
@@ -123,6 +123,10 @@ const std::vector<std::pair<std::string, FieldKind>> kDoneFields = {
     {"errors", FieldKind::Count},         {"samples", FieldKind::Count},
     {"frames", FieldKind::Count},         {"tar_bytes", FieldKind::Count},
     {"tar_sha256", FieldKind::String}};
+
+// The one field a .done may lack: in an output whose dataset.json has none, made before the
+// config was fingerprinted (its shards were finished without it).
+const std::string kOptionalDoneField = "config_fingerprint";
 
 // Seconds summed item by item against a total divided once, or hours written and read back:
 // equal up to rounding, while one sample (1/24000 s) more or less is not.
@@ -148,6 +152,8 @@ std::vector<std::string> done_problems(const json& d, const DoneFacts& f) {
   std::map<std::string, json> v;
   for (const auto& [k, kind] : kDoneFields) {
     if (!d.contains(k)) {
+      // (required where dataset.json records one: this output's shards were all written with it)
+      if (k == kOptionalDoneField && !(f.dataset && f.dataset->is_object() && f.dataset->contains(k))) continue;
       bad(k, "is missing");
       continue;
     }
@@ -168,8 +174,10 @@ std::vector<std::string> done_problems(const json& d, const DoneFacts& f) {
   // Where it belongs: this shard of this output's plan, n_q and weights.
   if (f.shard >= 0) differs("shard", f.shard, "its file name");
   if (f.dataset && f.dataset->is_object())
-    for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "shards"})
-      differs(k, f.dataset->value(k, json()), "dataset.json (made by another run?)");
+    for (const char* k : {"plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint", "shards"})
+      // (config_fingerprint: compared when dataset.json has one; an older one does not)
+      if (std::string(k) != kOptionalDoneField || f.dataset->contains(k))
+        differs(k, f.dataset->value(k, json()), "dataset.json (made by another run?)");
   const bool in_plan = f.plan && f.shard >= 0 && size_t(f.shard) < f.plan->shard_items.size();
   if (f.plan) {
     differs("plan_sha256", f.plan->digest, "the plan");
@@ -267,7 +275,7 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset, const
 
 json journal_header(int shard, const json& dataset) {
   json h = {{"shard", shard}};
-  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint"})
+  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"})
     if (dataset.is_object() && dataset.contains(k)) h[k] = dataset[k];
   return h;
 }
@@ -286,7 +294,9 @@ json journal_begin(const std::string& journal) {
 
 std::string journal_mismatch(const std::string& journal, const json& begin, const json& header) {
   bool same = begin.is_object();
-  for (const auto& [k, v] : header.items()) same = same && begin.value(k, json()) == v;
+  for (const auto& [k, v] : header.items())
+    // (a journal begun before the config was fingerprinted lacks it: resumed, as it was before)
+    same = same && (begin.value(k, json()) == v || (k == kOptionalDoneField && !begin.contains(k)));
   if (same) return "";
   return journal + ": this shard was begun with other settings (" + json_dump(begin) + "); remove its files to start it over";
 }

@@ -79,7 +79,7 @@ nlohmann::json read_done(const ShardPaths& p, std::string* why = nullptr, const 
 
 // The first line of a shard's journal for a run into an output whose dataset.json is `dataset`:
 // the shard, and what every run of it must share with the first (shards, plan_sha256, n_q,
-// weights_fingerprint; those `dataset` has: {shards, plan_sha256} gives the plan's part alone).
+// weights_fingerprint, config_fingerprint; those `dataset` has: {shards, plan_sha256} gives the plan's part alone).
 nlohmann::json journal_header(int shard, const nlohmann::json& dataset);
 // A journal's "begin" line, or null (no journal, or none begun).
 nlohmann::json journal_begin(const std::string& journal);

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "app/dataset/dataset.h"
@@ -224,4 +225,69 @@ TEST_CASE("dataset books: encode settings that need no model are checked by one 
   CHECK(ds::max_errors_limit(std::nullopt, 3) == -1);  // not given: no limit ("" is refused above)
   o.sync_seconds = -1;
   CHECK(usage([&] { ds::check_encode_options(o); }));
+}
+
+// The weights fingerprint covers the tensors alone: the same tensors under another config give
+// other codes. A generated sweep, one config field changed at a time (each a config the loader
+// takes with the same tensors): a shard resumed under it is refused before any work (exit 4,
+// naming config_fingerprint); under the same config it finishes byte-identical to a clean run.
+TEST_CASE("dataset books: a shard resumed under another config (same tensors) is refused; the same config resumes") {
+  Sandbox box("dsc");
+  put_wav(box, "a.wav", 0.4);
+  put_wav(box, "b.wav", 0.3);
+  box.put("list.txt", "a.wav\nb.wav\n");
+  const json base = json::parse(slurp(fs::path(box.weights).parent_path() / "config.json"));
+  const std::vector<std::pair<std::string, std::function<void(json&)>>> changes = {
+      {"sliding_window", [](json& c) { c["sliding_window"] = 3; }},
+      {"rope_theta", [](json& c) { c["rope_theta"] = 7.0; c["rope_parameters"]["rope_theta"] = 7.0; }},
+      {"norm_eps", [](json& c) { c["norm_eps"] = 1e-2; }},
+      {"dilation_growth_rate", [](json& c) { c["dilation_growth_rate"] = 3; }},
+  };
+  auto weights_dir = [&](const std::string& d, const json& cfg) {
+    fs::create_directories(box / d);
+    fs::copy_file(box.weights, box / d / "model.safetensors");
+    box.put(d + "/config.json", cfg.dump(1));
+  };
+  weights_dir("same", base);
+  REQUIRE(box.sh("mimi dataset plan list.txt -o plan --shards 1 -q && "
+                 "mimi dataset encode --plan plan --shard 0/1 -o ref --weights same -q")
+              .code == 0);
+  const std::string ref_tar = box.get("ref/shards/shard-00000.tar");
+  CHECK(json::parse(box.get("ref/dataset.json")).contains("config_fingerprint"));
+  for (const auto& [field, change] : changes) {
+    CAPTURE(field);
+    json cfg = base;
+    change(cfg);
+    weights_dir("w-" + field, cfg);
+    // the changed config loads with these tensors (else the sweep would test nothing)
+    REQUIRE(box.sh("mimi encode a.wav -o " + field + ".mimi --weights w-" + field + " -q").code == 0);
+    const std::string out = "out-" + field;
+    // a run stopped before its .done: the shard is there to resume
+    REQUIRE(box.sh("mimi dataset encode --plan plan --shard 0/1 -o " + out + " --weights same -q && rm " + out +
+                   "/shards/shard-00000.done")
+                .code == 0);
+    Run r = box.sh("mimi dataset encode --plan plan --shard 0/1 -o " + out + " --weights w-" + field);
+    CHECK(r.code == 4);
+    CHECK(r.err.find("config_fingerprint") != std::string::npos);
+    CHECK(!fs::exists(box / out / "shards/shard-00000.done"));
+    CHECK(box.sh("mimi dataset verify " + out).code == 3);
+    // the same config resumes and finishes as the clean run did, and verify passes
+    r = box.sh("mimi dataset encode --plan plan --shard 0/1 -o " + out + " --weights same -q");
+    CHECK_MESSAGE(r.code == 0, r.err);
+    CHECK(box.get(out + "/shards/shard-00000.tar") == ref_tar);
+    r = box.sh("mimi dataset verify " + out);
+    CHECK_MESSAGE(r.code == 0, r.err);
+  }
+  // a dataset from before the config was recorded (no config_fingerprint in dataset.json, the
+  // journal, the .done): accepted and resumed, nothing saying which config made it
+  REQUIRE(box.sh("mimi dataset encode --plan plan --shard 0/1 -o old --weights same -q && rm old/shards/shard-00000.done")
+              .code == 0);
+  json d = json::parse(box.get("old/dataset.json"));
+  d.erase("config_fingerprint");
+  box.put("old/dataset.json", d.dump(1));
+  Run r = box.sh("mimi dataset encode --plan plan --shard 0/1 -o old --weights same -q");
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(box.get("old/shards/shard-00000.tar") == ref_tar);
+  r = box.sh("mimi dataset verify old");
+  CHECK_MESSAGE(r.code == 0, r.err);
 }

@@ -1,0 +1,144 @@
+// The open-file limit against --batch (issue B4 of the fourth probe): `--batch N` sizes its slots
+// to what `ulimit -n` holds (app/file_io.cpp, batch_slots). A slot of the pipelined batch runners
+// holds up to two items open (the one being read and the one whose last step is still in flight);
+// counting one per slot opened twice the limit's worth of inputs, so every run (and every rerun of
+// a requeued dataset task) failed with EMFILE, exit 75 "run again", without progress.
+// Swept: ulimit -n 16..128 (step 12) x --batch {8, 32, 200} x {encode of 40 inputs, dataset
+// encode of a 40-item plan}. Every outcome is 0 with the outputs of the one-by-one run, or a
+// failure that is not a loop: a 75 must be followed by reruns (same limit) that make progress.
+#include <doctest/doctest.h>
+#include <sndfile.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "support/cli.h"
+
+using namespace mimi::test;
+
+namespace {
+
+void check_sane(const Run& r) {
+  CHECK_MESSAGE(!r.timed_out, "did not finish within the time limit");
+  CHECK_MESSAGE(!(r.code > 128 && r.code < 160), "died by signal ", r.code - 128);
+  CHECK_MESSAGE(r.code != 70, "exit 70 (internal error): ", r.err);
+  CHECK_MESSAGE(!contains_ci(r.err, "terminate called"), "uncaught exception");
+}
+
+std::vector<float> sine(double hz, int64_t frames, int rate) {
+  std::vector<float> v(static_cast<size_t>(frames));
+  for (int64_t i = 0; i < frames; ++i) v[size_t(i)] = float(0.3 * std::sin(2 * M_PI * hz * double(i) / rate));
+  return v;
+}
+
+// The files of a listing whose names end with `ext` (path -> entry).
+Listing only(const Listing& l, const std::string& ext) {
+  Listing r;
+  for (const auto& [p, e] : l)
+    if (p.size() >= ext.size() && p.compare(p.size() - ext.size(), ext.size(), ext) == 0) r[p] = e;
+  return r;
+}
+
+// Lines of a file (0 when absent): the dataset journal's progress.
+size_t lines_of(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return 0;
+  const std::string s = slurp(p);
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+constexpr int kItems = 40;
+
+}  // namespace
+
+TEST_CASE("classes: --batch under every open-file limit completes or fails without a loop") {
+  Sandbox box("clsfds");
+  std::string list;
+  std::string files;
+  for (int i = 0; i < kItems; ++i) {
+    const std::string name = "in/a" + std::to_string(100 + i) + ".wav";
+    fs::create_directories(box / "in");
+    // 0.1 .. 0.3 s, so that items end in different steps
+    write_wav(box / name, sine(200 + 7 * i, 2400 + 240 * (i % 21), 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+    list += name + "\n";
+    files += " " + name;
+  }
+  box.put("list.txt", list);
+  REQUIRE(box.sh("mimi dataset plan list.txt -o plan --shards 1 -q").code == 0);
+  // the references: one by one, no limit
+  REQUIRE(box.sh("mimi encode" + files + " -o ref/ -q").code == 0);
+  REQUIRE(box.sh("mimi dataset encode --plan plan --shard 0/1 -o dref -q").code == 0);
+  const Listing ref = only(list_tree(box / "ref"), ".mimi");
+  REQUIRE(ref.size() == size_t(kItems));
+  const Listing dref = list_tree(box / "dref");
+  const std::vector<std::string> dfiles = {"shards/shard-00000.tar", "shards/shard-00000.index.jsonl",
+                                           "shards/shard-00000.errors.jsonl"};
+  for (const std::string& f : dfiles) REQUIRE(dref.count(f) == 1);
+
+  for (int limit = 16; limit <= 128; limit += 12) {
+    for (int batch : {8, 32, 200}) {
+      const std::string lim = "ulimit -n " + std::to_string(limit) + "; ";
+      const std::string b = " --batch " + std::to_string(batch);
+      // encode: -f so that a rerun redoes what the last one wrote
+      {
+        CAPTURE(limit);
+        CAPTURE(batch);
+        const std::string cmd = lim + "mimi encode" + files + " -o e/ -f -q" + b;
+        REQUIRE(box.sh("rm -rf e").code == 0);
+        Run r = box.sh(cmd);
+        check_sane(r);
+        size_t made = only(list_tree(box / "e"), ".mimi").size();
+        for (int again = 0; r.code == 75 && again < 3; ++again) {  // "run again": it must get further
+          Run r2 = box.sh(cmd);
+          check_sane(r2);
+          const size_t made2 = only(list_tree(box / "e"), ".mimi").size();
+          CHECK_MESSAGE((r2.code == 0 || made2 > made), "encode: exit 75 again without progress (", made2,
+                        " outputs): ", r2.err);
+          if (r2.code != 0 && made2 <= made) break;
+          r = r2;
+          made = made2;
+        }
+        if (r.code == 0) {
+          CHECK_MESSAGE(only(list_tree(box / "e"), ".mimi") == ref, "encode outputs differ from one by one");
+        } else {
+          CHECK_MESSAGE(r.code != 75, "encode: still 75 after reruns: ", r.err);
+          CHECK_MESSAGE(contains_ci(r.err, "open-file limit"), "a failure that does not name the limit: ", r.code,
+                        " ", r.err);
+        }
+      }
+      // dataset encode: a requeued task reruns in place
+      {
+        CAPTURE(limit);
+        CAPTURE(batch);
+        const std::string cmd = lim + "mimi dataset encode --plan plan --shard 0/1 -o d -q" + b;
+        REQUIRE(box.sh("rm -rf d").code == 0);
+        Run r = box.sh(cmd);
+        check_sane(r);
+        size_t journal = lines_of(box / "d/shards/shard-00000.journal");
+        for (int again = 0; r.code == 75 && again < 3; ++again) {
+          Run r2 = box.sh(cmd);
+          check_sane(r2);
+          const size_t j2 = lines_of(box / "d/shards/shard-00000.journal");
+          CHECK_MESSAGE((r2.code == 0 || j2 > journal), "dataset encode: exit 75 again at journal ", j2, ": ", r2.err);
+          if (r2.code != 0 && j2 <= journal) break;
+          r = r2;
+          journal = j2;
+        }
+        if (r.code == 0) {
+          const Listing got = list_tree(box / "d");
+          for (const std::string& f : dfiles) {
+            CAPTURE(f);
+            CHECK((got.count(f) == 1 && got.at(f) == dref.at(f)));
+          }
+        } else {
+          CHECK_MESSAGE(r.code != 75, "dataset encode: still 75 after reruns: ", r.err);
+          CHECK_MESSAGE(contains_ci(r.err, "open-file limit"), "a failure that does not name the limit: ", r.code,
+                        " ", r.err);
+        }
+      }
+    }
+  }
+}
