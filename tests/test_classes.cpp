@@ -189,15 +189,6 @@ std::vector<std::string> hidden(const Listing& l) {
   return v;
 }
 
-// The invariants of every run: finished, no crash, no internal error.
-void check_sane(const Run& r, bool signal_ok = false) {
-  CHECK_MESSAGE(!r.timed_out, "did not finish within the time limit");
-  if (!signal_ok) CHECK_MESSAGE(!(r.code > 128 && r.code < 160), "died by signal ", r.code - 128);
-  CHECK_MESSAGE(r.code != 70, "exit 70 (internal error) for a bad input or environment");
-  CHECK_MESSAGE(!contains_ci(r.err, "terminate called"), "uncaught exception");
-  CHECK_MESSAGE(!contains_ci(r.err, "internal error"), "reported as an internal error");
-}
-
 std::string fault_lib() { return MIMI_FAULT_INJECT_LIB; }
 
 // ------------------------------------------------------------------------------------------

@@ -19,13 +19,6 @@ using namespace mimi::test;
 
 namespace {
 
-void check_sane(const Run& r) {
-  CHECK_MESSAGE(!r.timed_out, "did not finish within the time limit");
-  CHECK_MESSAGE(!(r.code > 128 && r.code < 160), "died by signal ", r.code - 128);
-  CHECK_MESSAGE(r.code != 70, "exit 70 (internal error): ", r.err);
-  CHECK_MESSAGE(!contains_ci(r.err, "terminate called"), "uncaught exception");
-}
-
 std::vector<float> sine(double hz, int64_t frames, int rate) {
   std::vector<float> v(static_cast<size_t>(frames));
   for (int64_t i = 0; i < frames; ++i) v[size_t(i)] = float(0.3 * std::sin(2 * M_PI * hz * double(i) / rate));

@@ -23,14 +23,6 @@ using namespace mimi::test;
 
 namespace {
 
-// The invariants of every run: finished, no crash, no internal error.
-void check_sane(const Run& r) {
-  CHECK_MESSAGE(!r.timed_out, "did not finish within the time limit");
-  CHECK_MESSAGE(!(r.code > 128 && r.code < 160), "died by signal ", r.code - 128);
-  CHECK_MESSAGE(r.code != 70, "exit 70 (internal error) for a bad input or environment");
-  CHECK_MESSAGE(!contains_ci(r.err, "terminate called"), "uncaught exception");
-}
-
 std::vector<float> sine(double hz, int64_t frames, int channels, int rate) {
   std::vector<float> v(size_t(frames * channels));
   for (int64_t i = 0; i < frames; ++i)
@@ -44,6 +36,23 @@ Run limited(const Sandbox& box, int kb, const std::string& cmd) {
   return box.sh("ulimit -v " + std::to_string(kb) + "; " + cmd);
 }
 bool loader_failed(const Run& r) { return r.code == 127 && contains_ci(r.err, "error while loading shared libraries"); }
+
+// The options of `mimi COMMAND` that take a value, from its own --help: {"--n-q", "INT"}, ...
+// (a line "  [-x,]--name TYPE..." whose TYPE starts with a capital).
+std::vector<std::pair<std::string, std::string>> value_options(const Sandbox& box, const std::string& command) {
+  const Run help = box.sh("mimi " + command + " --help");
+  REQUIRE(help.code == 0);
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream lines(help.out);
+  for (std::string l; std::getline(lines, l);) {
+    const size_t dd = l.find("--");
+    if (dd == std::string::npos || l.find_first_not_of(" -,abcdefghijklmnopqrstuvwxyz") < dd) continue;
+    const size_t sp = l.find(' ', dd);
+    if (sp == std::string::npos || l.size() <= sp + 1 || !std::isupper(static_cast<unsigned char>(l[sp + 1]))) continue;
+    out.emplace_back(l.substr(dd, sp - dd), l.substr(sp + 1, l.find_first_of(" :", sp + 1) - sp - 1));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -208,16 +217,9 @@ TEST_CASE("classes: every number option refuses '', nan, 1e99, -1 and x, naming 
                                              "gen-weights", "dataset plan", "dataset encode", "convert"};
   int checked = 0;
   for (const std::string& c : commands) {
-    const Run help = box.sh("mimi " + c + " --help");
-    REQUIRE(help.code == 0);
-    std::istringstream lines(help.out);
-    for (std::string l; std::getline(lines, l);) {
-      const size_t dd = l.find("--");
-      if (dd == std::string::npos || l.find_first_not_of(" -,abcdefghijklmnopqrstuvwxyz") < dd) continue;
-      const size_t sp = l.find(' ', dd);
-      if (sp == std::string::npos) continue;
-      const std::string opt = l.substr(dd, sp - dd), type = l.substr(sp + 1, l.find_first_of(" :", sp + 1) - sp - 1);
-      if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    for (const auto& option : value_options(box, c)) {
+      const std::string& opt = option.first;  // (not a structured binding: CAPTURE takes it in a lambda)
+      if (option.second != "INT" && option.second != "UINT" && option.second != "FLOAT") continue;
       for (const std::string v : {"''", "nan", "1e99", "-1", "x"}) {
         const Run r = box.sh("mimi " + c + " " + opt + " " + v + " in.wav -o out.x 2>&1 >/dev/null", 30);
         CAPTURE(c);
@@ -259,15 +261,8 @@ TEST_CASE("classes: every option given '' is a usage error naming it") {
       {"dataset verify", {{"", "o"}}}};
   int checked = 0;
   for (const auto& [c, required] : commands) {
-    const Run help = box.sh("mimi " + c + " --help");
-    REQUIRE(help.code == 0);
-    std::istringstream lines(help.out);
-    for (std::string l; std::getline(lines, l);) {
-      const size_t dd = l.find("--");
-      if (dd == std::string::npos || l.find_first_not_of(" -,abcdefghijklmnopqrstuvwxyz") < dd) continue;
-      const size_t sp = l.find(' ', dd);
-      if (sp == std::string::npos || l.size() <= sp + 1 || !std::isupper(static_cast<unsigned char>(l[sp + 1]))) continue;
-      const std::string opt = l.substr(dd, sp - dd);  // an option that takes a value (TEXT, INT, ...)
+    for (const auto& option : value_options(box, c)) {  // every option that takes a value (TEXT, INT, ...)
+      const std::string& opt = option.first;
       std::string rest;
       for (const auto& [flag, value] : required)
         if (flag != opt) rest += " " + (flag.empty() ? value : flag + " " + value);

@@ -34,11 +34,6 @@ using nlohmann::json;
 
 namespace {
 
-unsigned seed() {
-  const char* s = std::getenv("MIMI_TEST_SEED");
-  return s && *s ? unsigned(std::strtoul(s, nullptr, 10)) : 26u;
-}
-
 void put_wav(const Sandbox& box, const std::string& name, double seconds, int channels = 1, int rate = 24000) {
   WavSpec s;
   s.channels = uint16_t(channels);
@@ -172,7 +167,7 @@ TEST_CASE("dataset books: every field of a .done is held to the files: each tamp
 TEST_CASE("dataset books: status and the worker agree on whose output OUT is: random replans, failed budgets and "
           "hand removals") {
   Sandbox box("dsa");
-  std::mt19937 rng(seed());
+  std::mt19937 rng(test_seed());
   const std::vector<std::string> names = {"a.wav", "b.wav", "c.wav", "d.wav", "bad.wav"};
   for (size_t i = 0; i + 1 < names.size(); ++i) put_wav(box, names[i], 0.2 + 0.1 * double(i));
   box.put("bad.wav", "not audio");
@@ -254,7 +249,7 @@ TEST_CASE("dataset books: status and the worker agree on whose output OUT is: ra
       }
     }
   }
-  MESSAGE("seed " << seed() << ": " << refusals << " refusals (" << aside << " outputs of another plan moved aside, "
+  MESSAGE("seed " << test_seed() << ": " << refusals << " refusals (" << aside << " outputs of another plan moved aside, "
                   << journals << " journals of another plan removed), " << listed << " shards listed and run");
 }
 
@@ -263,7 +258,7 @@ TEST_CASE("dataset books: status and the worker agree on whose output OUT is: ra
 TEST_CASE("dataset books: everything a header tells is checked at plan time: random channels, starts, ends and "
           "durations against random files") {
   Sandbox box("dsh");
-  std::mt19937 rng(seed());
+  std::mt19937 rng(test_seed());
   struct File {
     std::string name;
     int channels, rate;
@@ -404,7 +399,7 @@ TEST_CASE("dataset books: everything a header tells is checked at plan time: ran
 // ---- R09
 
 TEST_CASE("dataset books: --max-errors is digits or a percentage, nothing else: random strings against its grammar") {
-  std::mt19937 rng(seed());
+  std::mt19937 rng(test_seed());
   const std::string alphabet = "0123456789.%+-ex nait\t";
   const std::regex count("[0-9]+"), percent("([0-9]+(\\.[0-9]+)?)%");
   size_t accepted = 0;

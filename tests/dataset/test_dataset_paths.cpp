@@ -31,11 +31,6 @@ using nlohmann::json;
 
 namespace {
 
-unsigned seed() {
-  const char* s = std::getenv("MIMI_TEST_SEED");
-  return s && *s ? unsigned(std::strtoul(s, nullptr, 10)) : 26u;
-}
-
 // A short tone as WAV bytes (made once): every generated file is one of these.
 const std::string& tiny_wav() {
   static const std::string w = [] {
@@ -123,8 +118,8 @@ std::string errors_text(const std::string& err) { return err.substr(0, 4000); }
 
 TEST_CASE("dataset paths: random byte names plan, encode and come back byte for byte (directory, JSONL, list)") {
   Sandbox box("dsp");
-  std::mt19937 rng(seed());
-  INFO("MIMI_TEST_SEED=" << seed());
+  std::mt19937 rng(test_seed());
+  INFO("MIMI_TEST_SEED=" << test_seed());
   const Corpus c = random_corpus(box / "corpus", rng, 40);
   const std::string root = (box / "corpus").string();
   std::set<std::string> want;
@@ -205,7 +200,7 @@ TEST_CASE("dataset paths: random byte names plan, encode and come back byte for 
 }
 
 TEST_CASE("dataset paths: keys of distinct ids stay distinct; ids that need no change keep their key") {
-  std::mt19937 rng(seed());
+  std::mt19937 rng(test_seed());
   std::map<std::string, std::string> key_of;
   std::set<std::string> keys;
   for (int i = 0; i < 5000; ++i) {
@@ -332,8 +327,8 @@ void random_tree(const fs::path& top, std::mt19937& rng, bool odd) {
 }  // namespace
 
 TEST_CASE("dataset paths: random trees of links, FIFOs and sockets: each real file once, each bad entry named") {
-  std::mt19937 rng(seed());
-  INFO("MIMI_TEST_SEED=" << seed());
+  std::mt19937 rng(test_seed());
+  INFO("MIMI_TEST_SEED=" << test_seed());
   size_t with_refused = 0, with_dangling = 0, planned_files = 0;  // the sweep must not degenerate
   for (int t = 0; t < 24; ++t) {
     CAPTURE(t);
@@ -516,7 +511,7 @@ TEST_CASE("dataset paths: CRLF, UTF-8 byte-order marks and UTF-16 manifests plan
 
 TEST_CASE("dataset paths: every bad line of the manifests is reported in one run") {
   Sandbox box("dsb");
-  std::mt19937 rng(seed());
+  std::mt19937 rng(test_seed());
   put_wav(box / "a.wav");
   const std::vector<std::string> kinds = {
       "not json", "{\"id\": \"x\"}", "{\"path\": 3}", "{\"path\": \"a.wav\", \"duration\": -1}",

@@ -338,4 +338,17 @@ std::string join_mimi(const MimiParts& p) {
   return p.preamble + le32(uint32_t(p.header.size())) + p.header + le32(crc32_of(p.header)) + p.rest;
 }
 
+void check_sane(const Run& r, bool signal_ok) {
+  CHECK_MESSAGE(!r.timed_out, "did not finish within the time limit");
+  if (!signal_ok) CHECK_MESSAGE(!(r.code > 128 && r.code < 160), "died by signal ", r.code - 128);
+  CHECK_MESSAGE(r.code != 70, "exit 70 (internal error) for a bad input or environment: ", r.err);
+  CHECK_MESSAGE(!contains_ci(r.err, "terminate called"), "uncaught exception");
+  CHECK_MESSAGE(!contains_ci(r.err, "internal error"), "reported as an internal error");
+}
+
+unsigned test_seed(unsigned fallback) {
+  const char* s = std::getenv("MIMI_TEST_SEED");
+  return s && *s ? unsigned(std::strtoul(s, nullptr, 10)) : fallback;
+}
+
 }  // namespace mimi::test

@@ -28,6 +28,12 @@ struct Run {
   double seconds = 0;      // wall time
 };
 
+// The invariants of every run in the class sweeps: finished, no crash (unless signal_ok: a run
+// killed on purpose), no internal error (exit 70 or its message), no uncaught exception.
+void check_sane(const Run& r, bool signal_ok = false);
+// The seed of the generated tests: MIMI_TEST_SEED, else `fallback` (a failure names it to rerun).
+unsigned test_seed(unsigned fallback = 26);
+
 std::string slurp(const fs::path& p);
 void spit(const fs::path& p, const std::string& bytes);
 std::string lower(std::string s);
