@@ -25,11 +25,9 @@ done | sort -u | while read -r lib; do cp -L "$lib" .gpu-bundle/lib/; done
 for stub in libdl.so.2 libpthread.so.0 librt.so.1; do
   cp -L "$(dirname "$(ldd .gpu-bundle/mimi | awk '$1 == "libc.so.6" {print $3}')")/$stub" .gpu-bundle/lib/
 done
-grep -qx '/.gpu-bundle/' .git/info/exclude 2>/dev/null || echo '/.gpu-bundle/' >> .git/info/exclude
 # what travels to the device machine: the bundle compressed (~6 MB instead of ~28; the tree and the
 # carried paths together must stay under the device tool's 64 MiB), unpacked there by gpu-check.sh
 tar -cJf .gpu-bundle.tar.xz .gpu-bundle
-grep -qx '/.gpu-bundle.tar.xz' .git/info/exclude 2>/dev/null || echo '/.gpu-bundle.tar.xz' >> .git/info/exclude
 du -sh .gpu-bundle .gpu-bundle.tar.xz
-tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
+tree=$(bash scripts/tree-bytes.sh)
 echo "carry: .gpu-bundle.tar.xz (tree $((tree >> 20)) MiB + bundle $(($(stat -c %s .gpu-bundle.tar.xz) >> 20)) MiB; the device tool takes 64 MiB, tests/bundle_test.sh holds it to 45)"

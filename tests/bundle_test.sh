@@ -19,8 +19,7 @@ TAR=$ROOT/.gpu-bundle.tar.xz
 [ -f "$TAR" ] || { echo "FAIL: no $TAR (scripts/gpu-bundle.sh makes it)"; exit 1; }
 
 # 1. payload: what the device tool copies (tracked and untracked-not-ignored files) plus the carry
-tree=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s -- 2>/dev/null |
-       awk '{s += $1} END {print s + 0}')
+tree=$(bash "$ROOT/scripts/tree-bytes.sh")
 tarb=$(stat -c %s "$TAR")
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
 echo "payload: tree $(mib "$tree") MiB + bundle $(mib "$tarb") MiB = $(mib $((tree + tarb))) MiB (limit 45)"
