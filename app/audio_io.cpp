@@ -132,6 +132,17 @@ AudioContainer container_for(const std::string& path) {
   throw Error(ErrorKind::Usage, path + ": cannot write '" + ext + "' audio; decoded audio is .wav, .flac or .ogg");
 }
 
+namespace {
+// Writes the true data size into the open-ended RIFF header of a WAV held whole in memory
+// (libsndfile takes a data size of 0 as no samples at all).
+void close_open_ended(std::vector<uint8_t>& bytes, const PcmReader& header) {
+  const uint64_t at = header.data_size_at();
+  if (!header.open_ended() || at == 0 || at + 4 > bytes.size() || header.header_bytes() > bytes.size()) return;
+  const uint32_t v = uint32_t(std::min<uint64_t>(bytes.size() - header.header_bytes(), 0xFFFFFFFEu));
+  for (int k = 0; k < 4; ++k) bytes[size_t(at) + size_t(k)] = uint8_t(v >> (8 * k));
+}
+}  // namespace
+
 struct AudioReader::Impl {
   std::vector<uint8_t> bytes;  // stdin, not WAV
   MemFile mem;
@@ -158,23 +169,33 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   // stdin, a FIFO, a device, and a "regular" file of size 0 (/proc and sysfs files report 0 and
   // hold data or fail to read): read as it comes, so emptiness is what a read says, and a read
   // error is judged by its errno like any other (EIO: the machine's failure, not "empty")
-  if (path == "-" || !S_ISREG(st.st_mode) || st.st_size == 0) {
+  const bool streamed_input = path == "-" || !S_ISREG(st.st_mode) || st.st_size == 0;
+  OpenEnded how = OpenEnded::No;
+  if (streamed_input) {
     if (path != "-") {
       fd = open_input(path);
       impl_->fd = fd;
     }
     std::vector<uint8_t> head(12);
+    std::unique_ptr<PcmReader> whole;  // a WAV read whole: its header, for an open data size
     head.resize(read_some(fd, head.data(), head.size(), true, what));
     if (head.empty()) throw Error(ErrorKind::Input, what + ": is empty (no audio)");
     if (looks_like_wav(head.data(), head.size())) {
       impl_->pcm = std::make_unique<PcmReader>(fd, what, head);
       impl_->pcm->read_wav_header();
-      const PcmLayout& l = impl_->pcm->layout();
-      rate_ = l.rate;
-      channels_ = l.channels;
-      frames_ = std::max<int64_t>(impl_->pcm->declared_frames(), 0);
-      guard.release();
-      return;
+      if (impl_->pcm->unstreamable().empty()) {
+        const PcmLayout& l = impl_->pcm->layout();
+        rate_ = l.rate;
+        channels_ = l.channels;
+        frames_ = std::max<int64_t>(impl_->pcm->declared_frames(), 0);
+        guard.release();
+        return;
+      }
+      // a WAV of samples the stream reader does not convert (8-bit, 64-bit float, mu-law...):
+      // whole, through libsndfile, as a file of it would be
+      head = impl_->pcm->take_seen();
+      if (head.size() != impl_->pcm->header_bytes()) throw Error(ErrorKind::Input, impl_->pcm->unstreamable());
+      whole = std::move(impl_->pcm);
     }
     impl_->bytes = std::move(head);  // other formats: libsndfile seeks, so from memory
     for (uint8_t buf[1 << 16];;) {
@@ -185,6 +206,7 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
                                           " GiB of non-WAV audio from a stream (send WAV to stream it)");
       impl_->bytes.insert(impl_->bytes.end(), buf, buf + n);
     }
+    if (whole) close_open_ended(impl_->bytes, *whole);
     impl_->mem.in = &impl_->bytes;
     impl_->io = vio();
     impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->mem);
@@ -192,6 +214,17 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
     fd = open_input(path);
     impl_->fd = fd;
     if (::fstat(fd, &st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot stat");
+    how = adopt_open_ended_wav(fd, st, what);
+    if (how == OpenEnded::Streamed) {
+      guard.release();
+      return;
+    }
+  }
+  if (how == OpenEnded::Whole) {  // an open-ended WAV file read whole (adopt_open_ended_wav)
+    impl_->mem.in = &impl_->bytes;
+    impl_->io = vio();
+    impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->mem);
+  } else if (!streamed_input) {
     impl_->file.fd = fd;
     impl_->file.size = sf_count_t(st.st_size);
     impl_->io = in_vio();
@@ -244,6 +277,50 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
     }
   }
   guard.release();
+}
+
+// A WAV file whose header leaves the data size open (0 or 0xFFFFFFFF, as a live-stream writer
+// leaves it) holds the samples up to its end: libsndfile read 0 samples of such a file while the
+// same bytes on stdin gave them all. Streamed: read like the stream, with the length from the
+// file's size. Whole: samples only libsndfile converts, so the file is read into memory with the
+// true size written into its header. No: every other file, rewound, for libsndfile.
+AudioReader::OpenEnded AudioReader::adopt_open_ended_wav(int fd, const struct ::stat& st, const std::string& what) {
+  uint8_t magic[12];
+  if (::pread(fd, magic, 12, 0) != 12 || !looks_like_wav(magic, 12)) return OpenEnded::No;
+  auto pcm = std::make_unique<PcmReader>(fd, what);
+  bool open_ended = false;
+  try {
+    pcm->read_wav_header();
+    open_ended = pcm->open_ended();
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Environment) throw;
+  }
+  const uint64_t size = uint64_t(st.st_size), header = pcm->header_bytes();
+  if (open_ended && pcm->unstreamable().empty()) {
+    pcm->set_data_bytes(size > header ? size - header : 0);
+    const PcmLayout& l = pcm->layout();
+    rate_ = l.rate;
+    channels_ = l.channels;
+    frames_ = std::max<int64_t>(pcm->declared_frames(), 0);
+    impl_->pcm = std::move(pcm);
+    return OpenEnded::Streamed;
+  }
+  if (open_ended && size <= kMaxStreamedInputBytes) {
+    impl_->bytes.resize(size_t(size));
+    size_t got = 0;
+    while (got < size) {
+      const ssize_t k = ::pread(fd, impl_->bytes.data() + got, size_t(size) - got, off_t(got));
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) throw sys_error(errno, ErrorKind::Input, what, "read failed");
+      if (k == 0) break;
+      got += size_t(k);
+    }
+    impl_->bytes.resize(got);
+    close_open_ended(impl_->bytes, *pcm);
+    return OpenEnded::Whole;
+  }
+  if (::lseek(fd, 0, SEEK_SET) != 0) throw sys_error(errno, ErrorKind::Input, what, "cannot seek");
+  return OpenEnded::No;
 }
 
 AudioReader::~AudioReader() {

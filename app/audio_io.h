@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <sys/stat.h>
+
 #include <string>
 #include <vector>
 
@@ -38,6 +40,8 @@ class AudioReader {
 
  private:
   struct Impl;
+  enum class OpenEnded { No, Streamed, Whole };
+  OpenEnded adopt_open_ended_wav(int fd, const struct ::stat& st, const std::string& what);
   Impl* impl_;
   int rate_ = 0, channels_ = 0;
   int64_t frames_ = 0;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -65,6 +67,14 @@ extern "C" void on_terminating_signal(int sig) {
   _exit(128 + sig);
 }
 
+// A crash (a bug, or a fault of the machine: SIGBUS on a truncated mapping) still removes the
+// temporaries, then dies of the same signal, so a core dump and the 128+N status stay as they were.
+extern "C" void on_crash_signal(int sig) {
+  remove_pending_temporaries();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
 std::string host_name() {
   char h[256] = {0};
   if (::gethostname(h, sizeof h - 1) != 0 || !h[0]) return "host";
@@ -103,8 +113,16 @@ void clean_stale_temporaries(const fs::path& dir) {
     const long pid = std::strtol(rest.c_str(), &endp, 10);
     if (endp != rest.c_str() + dot || pid <= 0) continue;
     if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-    std::error_code rm;
-    fs::remove(it->path(), rm);
+    // A PID dead here may be alive in another PID namespace of the same host name (containers
+    // sharing a volume): every writer holds an flock on its temporary for its whole life, so a
+    // lock that cannot be taken is a live writer. Removed only while holding the lock.
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      std::error_code rm;
+      fs::remove(it->path(), rm);
+    }
+    ::close(fd);
   }
 }
 
@@ -230,26 +248,74 @@ void write_all(int fd, const void* data, size_t n, const std::string& what) {
   }
 }
 
+namespace {
+
+// N when `path` names this process's open descriptor N (/dev/stdout, /dev/stderr, /dev/fd/N,
+// /proc/self/fd/N, /proc/PID/fd/N of this process), else -1.
+int descriptor_path(const std::string& path) {
+  if (path == "/dev/stdin") return 0;
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
+  for (const std::string prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"),
+                                   std::string("/proc/thread-self/fd/"), own}) {
+    if (path.compare(0, prefix.size(), prefix) != 0 || path.size() == prefix.size()) continue;
+    const std::string n = path.substr(prefix.size());
+    if (n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoi(n);
+  }
+  return -1;
+}
+
+// The file a chain of symbolic links ends at (the path itself when it is none): an output is
+// published there, so the link stays a link (the temporary and the rename replaced it before).
+std::string resolve_symlinks(const std::string& path) {
+  std::string p = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st{};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::string link(size_t(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(p.c_str(), link.data(), link.size());
+    if (n < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot read the symbolic link");
+    link.resize(size_t(n));
+    const fs::path l(link);
+    p = l.is_absolute() ? link : (fs::path(p).parent_path() / l).string();
+  }
+  throw Error(ErrorKind::Output, path + ": too many levels of symbolic links");
+}
+
+}  // namespace
+
 OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force_(force) {
   if (path == "-") {
     fd_ = 1;
     return;
   }
+  // /dev/stdout and its kin are the descriptor the caller opened (a shell's `> file`): written
+  // in place, as "-" is. Given a temporary and a rename they replaced the /dev/stdout symlink
+  // itself (as root, the system's) and left the redirected file empty.
+  if (const int n = descriptor_path(path); n >= 0) {
+    fd_ = ::fcntl(n, F_DUPFD_CLOEXEC, 3);
+    if (fd_ < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot write (not an open descriptor)");
+    return;
+  }
+  target_ = resolve_symlinks(path);
+  const std::string& target_path = target_;
   {  // one output per input: a/x.wav and b/x.wav into out/ never both land in out/x.mimi (with
      // --force the later would silently replace the earlier; without, it races it)
     OutputClaims& c = output_claims();
     std::lock_guard<std::mutex> lock(c.mu);
     std::error_code aec;
-    const fs::path abs = fs::absolute(path, aec);
-    if (c.on && !c.paths.insert(aec ? path : abs.lexically_normal().string()).second)
+    const fs::path abs = fs::absolute(target_path, aec);
+    if (c.on && !c.paths.insert(aec ? target_path : abs.lexically_normal().string()).second)
       throw Error(ErrorKind::Output, path + ": already the output of another input of this command; not written "
                                             "twice (inputs with the same name into one directory?)");
   }
   struct stat st{};
-  if (::stat(path.c_str(), &st) == 0) {
+  if (::stat(target_path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Output, path + ": is a directory");
     if (!S_ISREG(st.st_mode)) {  // /dev/null, a FIFO, a terminal: write to it, never replace it
-      fd_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      fd_ = ::open(target_path.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd_ < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot open for writing");
       return;
     }
@@ -257,7 +323,7 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
       throw Error(ErrorKind::Output, path + ": is an input of this command; refusing to overwrite it");
     if (!force) throw Error(ErrorKind::Output, path + ": exists (use --force to overwrite)");
   }
-  const fs::path target(path);
+  const fs::path target(target_path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -287,6 +353,9 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
     tmp_.clear();
     throw sys_error(err, ErrorKind::Output, path, "cannot create");
   }
+  // held until the process ends or closes it: the stale-temporary sweep of another process (in
+  // another PID namespace, where our PID means nothing) sees a live writer (no lock manager: none)
+  ::flock(fd_, LOCK_EX | LOCK_NB);
   slot_ = register_temporary(tmp_);
   seekable_ = true;
 }
@@ -319,9 +388,9 @@ void OutputFile::commit() {
   fd_ = -1;
   // Without --force the final name is taken only if still free: two writers of the same output
   // cannot both succeed (no check-then-rename race).
-  int rc = ::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), force_ ? 0 : RENAME_NOREPLACE);
+  int rc = ::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, target_.c_str(), force_ ? 0 : RENAME_NOREPLACE);
   if (rc != 0 && !force_ && (errno == EINVAL || errno == ENOSYS)) {  // file system without NOREPLACE
-    rc = ::link(tmp_.c_str(), path_.c_str());
+    rc = ::link(tmp_.c_str(), target_.c_str());
     if (rc == 0) ::unlink(tmp_.c_str());
   }
   if (rc != 0) {
@@ -345,9 +414,31 @@ void install_signal_handlers() {
   sa.sa_handler = on_terminating_signal;
   sigemptyset(&sa.sa_mask);
   // Every signal whose default is to end the process, not only INT/TERM/HUP: Slurm's --signal
-  // sends USR1 before the time limit, `timeout -s ALRM`, a CPU-time limit sends XCPU.
+  // sends USR1 before the time limit, `timeout -s ALRM`, a CPU-time limit sends XCPU. These are
+  // caught even when inherited as ignored (a shell ignores INT and QUIT for `mimi ... &`).
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGXCPU, SIGPWR})
     ::sigaction(s, &sa, nullptr);
+  // The rest of the signals that end a process by default, each only while it still has its
+  // default action: an ignored one stays ignored, a profiler's SIGPROF handler stays its own.
+  std::vector<int> others = {SIGPROF, SIGIO, SIGSTKFLT, SIGSYS, SIGTRAP};
+  for (int s = SIGRTMIN; s <= SIGRTMAX; ++s) others.push_back(s);
+  auto if_default = [](int s, const struct sigaction& act) {
+    struct sigaction old{};
+    if (::sigaction(s, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
+      ::sigaction(s, &act, nullptr);
+  };
+  for (int s : others) if_default(s, sa);
+  // Crashes, on an alternate stack of this thread so that a stack overflow still cleans up.
+  static char alt[64 << 10];
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = sizeof alt;
+  ::sigaltstack(&ss, nullptr);
+  struct sigaction crash{};
+  crash.sa_handler = on_crash_signal;
+  crash.sa_flags = SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&crash.sa_mask);
+  for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) if_default(s, crash);
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGXFSZ, SIG_IGN);
 }
@@ -401,6 +492,29 @@ void reserve_open_files(int n) {
   if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= rlim_t(n)) return;
   r.rlim_cur = r.rlim_max == RLIM_INFINITY ? rlim_t(n) : std::min(r.rlim_max, rlim_t(n));
   (void)setrlimit(RLIMIT_NOFILE, &r);
+}
+
+std::string current_dir() {
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  if (ec) {
+    if (is_environment_errno(ec.value())) throw sys_error(ec.value(), ErrorKind::Input, ".", "cannot get the current directory");
+    return "";
+  }
+  return cwd.string();
+}
+
+Error cwd_gone(const std::string& path) {
+  return Error(ErrorKind::Usage, "'" + path + "' is a relative path and the current directory is gone (deleted or "
+                                 "moved away): run from an existing directory, or give absolute paths");
+}
+
+std::string absolute_path(const std::string& path) {
+  const fs::path p(path);
+  if (p.is_absolute()) return p.lexically_normal().string();
+  const std::string cwd = current_dir();
+  if (cwd.empty()) throw cwd_gone(path);
+  return (fs::path(cwd) / p).lexically_normal().string();
 }
 
 }  // namespace mimi::app

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "codec/error.h"
+
 namespace mimi::app {
 
 // Most bytes read from a pipe, a character device or stdin into memory (a regular file is read
@@ -59,6 +61,7 @@ class OutputFile {
 
  private:
   std::string path_, tmp_;
+  std::string target_;  // where the output is published: path_, or the file its symlinks end at
   int fd_ = -1;
   int slot_ = -1;  // in the signal handler's table of temporaries
   int error_ = 0;
@@ -102,5 +105,14 @@ int batch_slots(int asked, size_t items, int fds_per_slot);
 //   out empty                   -> beside the input: <dir>/<stem><ext>
 std::string output_path(const std::string& input, const std::string& out, const std::string& ext);
 bool is_directory_target(const std::string& out);
+
+// The absolute, lexically normal form of `path` (bytes; no symlink resolved). Only a relative path
+// asks for the current directory; when that is gone (deleted or moved away under a running shell)
+// it is a usage error that names the path and says what to do, never an internal error.
+std::string absolute_path(const std::string& path);
+// The current directory, or "" when it is gone (for callers that need it only for relative paths)
+std::string current_dir();
+// The usage error of a relative `path` met while the current directory is gone
+Error cwd_gone(const std::string& path);
 
 }  // namespace mimi::app

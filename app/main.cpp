@@ -1,6 +1,7 @@
 // mimi: Kyutai's Mimi neural audio codec on the command line.
 // Argument parsing and error reporting; the work is in commands.cpp.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -13,6 +14,7 @@
 #include <exception>
 #include <iostream>
 
+#include "app/audio_io.h"
 #include "app/bench.h"
 #include "app/gpu_trace.h"
 #include "app/commands.h"
@@ -53,6 +55,51 @@ void refuse_empty_values(const CLI::App& app) {
                                                       : "an empty file name (an unset shell variable?)");
   }
   for (const CLI::App* sub : app.get_subcommands()) refuse_empty_values(*sub);
+}
+
+// Whole-number options read decimal digits only. CLI11 converts with strtoll(.., 0), so '010'
+// would be octal 8 (--n-q 010: 8 codebooks; --raw-rate 030000: 12288 Hz, audio silently misread),
+// '0x8' hex, and a value past 64 bits saturates (--seed 99999999999999999999 = 2^64 - 1). One
+// transform on every INT/UINT option, run before its range check (CLI11's transform() goes
+// first): leading zeros dropped ('08' is 8), anything but an optional sign and digits refused,
+// and a value past the 64-bit range refused (CLI11 itself refuses what overflows a narrower type).
+std::string decimal_integer(std::string& v, bool is_signed) {
+  if (v.empty()) return "";  // refuse_empty_values says what an empty value means
+  const bool neg = v[0] == '-';
+  const size_t i = (v[0] == '+' || neg) ? 1 : 0;
+  if (i == v.size() || v.find_first_not_of("0123456789", i) != std::string::npos)
+    return "'" + v + "' is not a whole number in decimal digits";
+  const size_t nz = v.find_first_not_of('0', i);
+  const std::string digits = nz == std::string::npos ? "0" : v.substr(nz);
+  const std::string limit = is_signed ? (neg ? "9223372036854775808" : "9223372036854775807") : "18446744073709551615";
+  if (digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit))
+    return "'" + v + "' is out of range";
+  v = (neg && digits != "0" ? "-" : "") + digits;
+  return "";
+}
+
+void decimal_integers_only(CLI::App& app) {
+  for (CLI::Option* o : app.get_options()) {
+    const std::string t = o->get_type_name();
+    const bool is_int = t.rfind("INT", 0) == 0, is_uint = t.rfind("UINT", 0) == 0;
+    if (!is_int && !is_uint) continue;
+    o->transform(CLI::Validator([is_int](std::string& v) { return decimal_integer(v, is_int); }, ""));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) decimal_integers_only(*sub);
+}
+
+// After a usage error: an argument that begins with '-' and names an existing file was read as
+// an option ('mimi encode -take1.wav' said "inputs is required"); say how to name such a file.
+void hint_dash_names(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    struct stat st{};
+    if (a.size() < 2 || a[0] != '-' || ::stat(a.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+    const std::string name = printable(a);
+    std::fprintf(stderr, "mimi: note: '%s' is a file, but a name that begins with '-' reads as an option: write ./%s, "
+                 "or put the files after '--'\n", name.c_str(), name.c_str());
+  }
 }
 
 // Every message is one line however odd the file names in it: control characters (a newline in a
@@ -166,7 +213,8 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
 int run_main(int argc, char** argv);
 
 int main(int argc, char** argv) {
-  const int rc = run_main(argc, argv);
+  // first: under a small stack limit the whole program runs on a thread with a stack of its own
+  const int rc = mimi::app::main_stack_short() ? mimi::app::run_on_own_stack(run_main, argc, argv) : run_main(argc, argv);
   g_main_returned = true;  // from here on exit() is ours
   return rc;
 }
@@ -219,12 +267,18 @@ int run_main(int argc, char** argv) {
   e->add_flag("--stream", enc.stream,
               "Real-time pipe mode: read PCM as it arrives (WAV, or raw with --raw-format) and write each "
               "frame's codes (.mimi chunk or text line) as soon as it is complete");
-  e->add_option("--raw-format", enc.raw_format, "Headerless input PCM for --stream: s16le, s24le, s32le, f32le")
-      ->check(CLI::IsMember({"s16le", "s24le", "s32le", "f32le"}));
-  e->add_option("--raw-rate", enc.raw_rate, "Sample rate of raw input")->capture_default_str()->check(CLI::Range(1, 10000000));
-  e->add_option("--raw-channels", enc.raw_channels, "Channels of raw input (averaged)")
+  CLI::Option* raw_format =
+      e->add_option("--raw-format", enc.raw_format, "Headerless input PCM for --stream: s16le, s24le, s32le, f32le")
+          ->check(CLI::IsMember({"s16le", "s24le", "s32le", "f32le"}));
+  // they describe a raw input only: with a WAV or any file they would be silently ignored
+  e->add_option("--raw-rate", enc.raw_rate, "Sample rate of raw input (needs --raw-format)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(kMinSampleRate, kMaxSampleRate))
+      ->needs(raw_format);
+  e->add_option("--raw-channels", enc.raw_channels, "Channels of raw input, averaged (needs --raw-format)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxChannels))
+      ->needs(raw_format);
   add_common(e, common);
   e->footer("Input is downmixed to mono (channel average) and resampled to 24 kHz with soxr (very high quality);\n"
             "24 kHz input passes through untouched.");
@@ -401,11 +455,13 @@ int run_main(int argc, char** argv) {
   dv->add_flag("-q,--quiet", common.quiet, "Only errors on stderr");
 
   install_signal_handlers();  // first: SIGPIPE ignored, so --help into a closed pipe is a write error
+  decimal_integers_only(app);
   try {
     app.parse(argc, argv);
     refuse_empty_values(app);
   } catch (const CLI::ParseError& err) {
     const int rc = app.exit(err);  // --help, --version, or the usage error
+    if (rc != 0) hint_dash_names(argc, argv);
     return check_stdout(rc == 0 ? kOk : kUsage);
   }
   if (common.quiet) spdlog::set_level(spdlog::level::err);

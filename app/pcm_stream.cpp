@@ -51,6 +51,17 @@ PcmReader::PcmReader(int fd, std::string what, std::vector<uint8_t> prefix)
     : fd_(fd), what_(std::move(what)), prefix_(std::move(prefix)) {}
 
 size_t PcmReader::fill(uint8_t* dst, size_t n, bool exact) {
+  const size_t got = fill_from_source(dst, n, exact);
+  consumed_ += got;
+  if (recording_) seen_.insert(seen_.end(), dst, dst + got);
+  if (recording_ && seen_.size() > (16u << 20)) {  // huge chunks before the data: no fallback kept
+    recording_ = false;
+    std::vector<uint8_t>().swap(seen_);
+  }
+  return got;
+}
+
+size_t PcmReader::fill_from_source(uint8_t* dst, size_t n, bool exact) {
   size_t got = 0;
   if (prefix_pos_ < prefix_.size()) {
     got = std::min(n, prefix_.size() - prefix_pos_);
@@ -61,7 +72,15 @@ size_t PcmReader::fill(uint8_t* dst, size_t n, bool exact) {
   return got + read_some(fd_, dst + got, n - got, exact, what_);
 }
 
-void PcmReader::set_raw(const PcmLayout& l) { layout_ = l; }
+void PcmReader::set_raw(const PcmLayout& l) {
+  layout_ = l;
+  recording_ = false;
+}
+
+void PcmReader::set_data_bytes(uint64_t bytes) {
+  data_left_ = bytes;
+  declared_frames_ = int64_t(bytes / uint64_t(layout_.bytes_per_frame()));
+}
 
 void PcmReader::read_wav_header() {
   uint8_t h[12];
@@ -84,10 +103,10 @@ void PcmReader::read_wav_header() {
       uint64_t bytes = size;
       if (rf64 && size == 0xFFFFFFFFu) bytes = rf64_data;
       // 0 and 0xFFFFFFFF: the writer did not know the length (a live stream): read to the end.
-      if (bytes != 0 && !(size == 0xFFFFFFFFu && !rf64)) {
-        data_left_ = bytes;
-        declared_frames_ = int64_t(bytes / uint64_t(layout_.bytes_per_frame()));
-      }
+      open_ended_ = bytes == 0 || (size == 0xFFFFFFFFu && !rf64);
+      data_size_at_ = rf64 ? 0 : consumed_ - 4;
+      if (!open_ended_ && unstreamable_.empty()) set_data_bytes(bytes);
+      recording_ = false;
       return;
     }
     const uint64_t body = uint64_t(size) + (size & 1);
@@ -109,9 +128,19 @@ void PcmReader::read_wav_header() {
       l.bits = scratch[14] | scratch[15] << 8;
       if (tag == 0xFFFE && size >= 26) tag = uint16_t(scratch[24] | scratch[25] << 8);  // extensible: subformat
       if (tag == 3) l.is_float = true;
-      else if (tag != 1) throw Error(ErrorKind::Input, what_ + ": WAV format " + std::to_string(tag) + " is not PCM or float");
-      if (!(l.bits == 16 || l.bits == 24 || l.bits == 32) || (l.is_float && l.bits != 32))
-        throw Error(ErrorKind::Input, what_ + ": " + std::to_string(l.bits) + "-bit WAV samples cannot be streamed (16, 24, 32 or float)");
+      // Samples this reader does not convert: parsed on to the data chunk (its size field), and a
+      // caller that can read the input whole hands it to libsndfile.
+      if (tag != 1 && tag != 3) {
+        unstreamable_ = what_ + ": WAV format " + std::to_string(tag) + " is not integer PCM or 32-bit float";
+        have_fmt = true;
+        continue;
+      }
+      if (!(l.bits == 16 || l.bits == 24 || l.bits == 32) || (l.is_float && l.bits != 32)) {
+        unstreamable_ = what_ + ": " + std::to_string(l.bits) + "-bit " + (l.is_float ? "float " : "") +
+                        "WAV samples cannot be streamed (16, 24, 32-bit integer or 32-bit float)";
+        have_fmt = true;
+        continue;
+      }
       if (l.channels < 1 || l.channels > kMaxChannels)
         throw Error(ErrorKind::Input, what_ + ": WAV header says " + std::to_string(l.channels) + " channels");
       if (rate < uint32_t(kMinSampleRate) || rate > uint32_t(kMaxSampleRate))

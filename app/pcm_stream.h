@@ -28,8 +28,23 @@ class PcmReader {
   // `prefix`: bytes already taken from fd (sniffing); they are read first.
   PcmReader(int fd, std::string what, std::vector<uint8_t> prefix = {});
   // Parses a WAV header up to its data chunk (throws Error(Input) for anything else, sizes checked
-  // before anything is allocated), or takes a raw layout.
+  // before anything is allocated), or takes a raw layout. A well-formed WAV whose samples this
+  // reader cannot convert (8-bit, 64-bit float, mu-law, ADPCM...) does not throw: unstreamable()
+  // then says why, and seen() holds every byte taken so far, for a caller that can read it whole
+  // (libsndfile) instead.
   void read_wav_header();
+  const std::string& unstreamable() const { return unstreamable_; }
+  std::vector<uint8_t> take_seen() { return std::move(seen_); }
+  // Bytes of the header taken so far (where the data chunk's samples begin, after the header)
+  uint64_t header_bytes() const { return consumed_; }
+  // The data chunk's size, when the header left it open (0 or 0xFFFFFFFF: a writer that did not
+  // know the length) and the caller knows it (a regular file: its size past the header).
+  void set_data_bytes(uint64_t bytes);
+  // The header left the data size open, and (RIFF only, else 0) the offset of its size field: a
+  // caller handing the whole input to libsndfile writes the true size there (libsndfile takes 0
+  // as no samples at all).
+  bool open_ended() const { return open_ended_; }
+  uint64_t data_size_at() const { return data_size_at_; }
   void set_raw(const PcmLayout& l);
   const PcmLayout& layout() const { return layout_; }
   int64_t declared_frames() const { return declared_frames_; }  // from the data chunk; -1 unknown
@@ -39,11 +54,18 @@ class PcmReader {
   uint64_t dropped_bytes() const { return dropped_; }  // an incomplete last frame
 
  private:
-  size_t fill(uint8_t* dst, size_t n, bool exact);
+  size_t fill(uint8_t* dst, size_t n, bool exact);  // counts (and while recording keeps) what it took
+  size_t fill_from_source(uint8_t* dst, size_t n, bool exact);
   int fd_;
   std::string what_;
   std::vector<uint8_t> prefix_, carry_, raw_;
   size_t prefix_pos_ = 0;
+  std::vector<uint8_t> seen_;  // what the header parse took, while recording
+  bool recording_ = true;
+  uint64_t consumed_ = 0;
+  std::string unstreamable_;
+  bool open_ended_ = false;
+  uint64_t data_size_at_ = 0;
   PcmLayout layout_;
   int64_t declared_frames_ = -1;
   uint64_t data_left_ = UINT64_MAX;  // bytes of the data chunk still to come

@@ -69,8 +69,13 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
   const std::string what = o.input == "-" ? "stdin" : o.input;
   InputFd in{open_in(o.input)};
   PcmReader reader(in.fd, what);
-  if (o.raw.sample.empty()) reader.read_wav_header();
-  else reader.set_raw(parse_raw(o.raw));
+  if (o.raw.sample.empty()) {
+    reader.read_wav_header();
+    if (!reader.unstreamable().empty())  // real-time mode converts as samples arrive; the rest is read whole
+      throw Error(ErrorKind::Input, reader.unstreamable() + "; without --stream it is read whole");
+  } else {
+    reader.set_raw(parse_raw(o.raw));
+  }
   const PcmLayout l = reader.layout();
   OutputFile out(o.out, o.force);  // opened once the input is known to be audio
   EncodePlan& plan = engine.encode_plan(o.max_chunk, o.n_q);

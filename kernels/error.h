@@ -3,6 +3,8 @@
 // the layers only point down (kernels/ never includes codec/).
 #pragma once
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -69,6 +71,10 @@ inline Error sys_error(int err, ErrorKind otherwise, const std::string& what, co
   const ErrorKind k = errno_kind(err, otherwise);
   std::string msg = what + ": " + doing + ": " + std::strerror(err);
   if (k == ErrorKind::Environment) msg += " (a failure of the machine, not of this file; run again)";
+  // a relative path after the current directory was deleted: ENOENT, whatever the path
+  char one[1];
+  if (err == ENOENT && !what.empty() && what[0] != '/' && !::getcwd(one, sizeof one) && errno == ENOENT)
+    msg += " (the current directory is gone: deleted or moved away; relative paths cannot be resolved from it)";
   return Error(k, msg);
 }
 

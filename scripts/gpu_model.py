@@ -39,6 +39,7 @@ TILED_EFF = 0.6          # fraction of FMA peak the 64x64 SIMT tile reaches (no 
 BLOCKS_PER_SM = 8        # resident 256-thread blocks per SM for the latency-bound kernels (2048 threads)
 
 TILE, TILE_K, MIN_SIDE, SMALL = 64, 16, 32, 16  # kernels/gpu/gemm_tile.h: kBM/kBN, kBK, kMinSide, kSmallTile
+CHUNK, SPLIT_ROWS, SPLIT_COLS = 32, 8, 8        # gemm_tile.h: kChunk, kSplitRows, kSplitCols
 THREADS = 256                                   # kernels/gpu/vendor.h kThreads
 RVQ_GEMM_FRAMES = 32                            # kernels/gpu/rvq.cu kGemmFrames
 
@@ -60,12 +61,25 @@ def gemm_time(M, N, K):
         per_step = TILE * TILE * TILE_K / FMA_PER_SM_CYCLE / TILED_EFF
         waves = math.ceil(blocks / SMS)
         return max(cyc(waves * math.ceil(K / TILE_K) * per_step), hbm(unique)), "gemm_tile"
-    # small: one output per thread, 16x16 blocks; each 16-k tile is a global load round trip (no
-    # prefetch), a barrier, 16 dependent FMAs and a barrier: a latency chain of K/16 tiles
+    if N < MIN_SIDE:
+        return splitk_time(M, N, K, unique), "gemm_splitk"
+    # few rows: one output per thread, 16x16 blocks; each 16-k tile is a global load round trip
+    # (no prefetch), a barrier, 16 dependent FMAs and a barrier: a latency chain of K/16 tiles
     blocks = math.ceil(M / SMALL) * math.ceil(N / SMALL)
     waves = math.ceil(blocks / (SMS * BLOCKS_PER_SM))
     chain = math.ceil(K / SMALL) * (MEM_LAT + SMALL * FMA_LAT + 2 * BARRIER)
     return max(cyc(waves * chain), hbm(unique)), "gemm_small"
+
+
+def splitk_time(M, N, K, unique_bytes):
+    """gemm_splitk_kernel: a warp per row, its lanes over the 32-k chunks, 8 columns a block.
+    Per round of 32 chunks: A's 128 B per lane from memory, 32 dependent FMAs (the 8 columns are
+    independent chains), two barriers, then 32 dependent adds of the chunk sums in order."""
+    blocks = math.ceil(M / SPLIT_ROWS) * math.ceil(N / SPLIT_COLS)
+    waves = math.ceil(blocks / (SMS * BLOCKS_PER_SM))
+    rounds = max(1, math.ceil(math.ceil(K / CHUNK) / 32))
+    chain = MEM_LAT + CHUNK * FMA_LAT + 2 * BARRIER + 32 * FMA_LAT
+    return max(cyc(waves * rounds * chain), hbm(unique_bytes))
 
 
 def conv_direct_time(op):
@@ -95,12 +109,20 @@ def op_time(op):
         if op["groups"] == 1 and op["cout"] >= MIN_SIDE and op["t_out"] >= MIN_SIDE:
             t, name = gemm_time(op["cout"], op["t_out"], op["cin"] * op["k"])
             return t, 1, "conv1d_tile"
+        if op["groups"] == 1 and op["t_out"] < MIN_SIDE:
+            K = op["cin"] * op["k"]
+            unique = 4 * (op["cout"] * K + op["cin"] * op["t_in"] + op["cout"] * op["t_out"])
+            return splitk_time(op["cout"], op["t_out"], K, unique), 1, "conv1d_splitk"
         return conv_direct_time(op), 1, "conv1d_direct"
     if k == "conv_transpose1d":
         rows, cols = op["stride"] * op["cout"], math.ceil(op["t_out"] / op["stride"])
+        K = math.ceil(op["k"] / op["stride"]) * op["cin"]
         if op["groups"] == 1 and rows >= MIN_SIDE and cols >= MIN_SIDE:
-            t, name = gemm_time(rows, cols, math.ceil(op["k"] / op["stride"]) * op["cin"])
+            t, name = gemm_time(rows, cols, K)
             return t, 1, "convtr_tile"
+        if op["groups"] == 1 and cols < MIN_SIDE:
+            unique = 4 * (op["cin"] * op["cout"] * op["k"] + op["cin"] * op["t_in"] + op["cout"] * op["t_out"])
+            return splitk_time(rows, cols, K, unique), 1, "convtr_splitk"
         return conv_direct_time(op), 1, "convtr_direct"
     if k == "attention":
         # one thread per query (64 a block), per visible key: a 64-FMA dependent dot product, the

@@ -211,6 +211,21 @@ TEST_CASE("classes: a float sample out of range is refused naming the value and 
 // Every number option of every command, from the commands' own --help: an empty value (an unset
 // shell variable), NaN, a huge, a negative and a non-numeric value are each a usage error naming
 // the option (CLI11 reads '' as 0, and NaN passes its Range), before anything is read or written.
+TEST_CASE("classes: whole-number options read leading zeros as decimal") {
+  Sandbox box("clsp3dec");
+  write_wav(box / "in.wav", sine(220, 4800, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  // octal would read 010 as 8 and refuse 08; decimal: 10 (past the tiny model's 8 books) and 8
+  const Run ten = box.sh("mimi encode in.wav -o a.mimi --n-q 010 2>&1");
+  CHECK(ten.code != 0);
+  CHECK(ten.out.find("got 10") != std::string::npos);
+  CHECK(box.sh("mimi encode in.wav -o b.mimi --n-q 08 -q && mimi encode in.wav -o c.mimi --n-q 8 -q").code == 0);
+  CHECK(box.get("b.mimi") == box.get("c.mimi"));
+  CHECK(box.sh("mimi gen-weights --seed 010 -o s010.safetensors -q && mimi gen-weights --seed 10 -o s10.safetensors -q && "
+               "mimi gen-weights --seed 8 -o s8.safetensors -q").code == 0);
+  CHECK(box.get("s010.safetensors") == box.get("s10.safetensors"));
+  CHECK(box.get("s010.safetensors") != box.get("s8.safetensors"));
+}
+
 TEST_CASE("classes: every number option refuses '', nan, 1e99, -1 and x, naming the option") {
   Sandbox box("clsp3nums");
   const std::vector<std::string> commands = {"encode",  "decode",       "roundtrip",      "bench",
@@ -220,7 +235,11 @@ TEST_CASE("classes: every number option refuses '', nan, 1e99, -1 and x, naming 
     for (const auto& option : value_options(box, c)) {
       const std::string& opt = option.first;  // (not a structured binding: CAPTURE takes it in a lambda)
       if (option.second != "INT" && option.second != "UINT" && option.second != "FLOAT") continue;
-      for (const std::string v : {"''", "nan", "1e99", "-1", "x"}) {
+      std::vector<std::string> values = {"''", "nan", "1e99", "-1", "x"};
+      // whole numbers in decimal only: no hex, no value past 64 bits (the fifth probe: '0x8' was 8,
+      // '010' octal 8, 99999999999999999999 saturated to 2^64 - 1)
+      if (option.second != "FLOAT") values.insert(values.end(), {"0x1", "99999999999999999999", "1.5"});
+      for (const std::string& v : values) {
         const Run r = box.sh("mimi " + c + " " + opt + " " + v + " in.wav -o out.x 2>&1 >/dev/null", 30);
         CAPTURE(c);
         CAPTURE(opt);

@@ -129,6 +129,37 @@ TEST_CASE("gpu gemm: a column's value does not depend on N or on the kernel") {
   }
 }
 
+TEST_CASE("gpu gemm sums in the GPU backend's one order, whatever the kernel") {
+  // kernels/gpu/gemm_tile.h: chunks of 32 consecutive k, each summed with fmaf from 0 in k order,
+  // the chunk sums added in chunk order from 0. The host computes that order here with the same
+  // fmaf; every kernel (tiled, split-K, 16 x 16) must give exactly those bits, so none can drift
+  // from the contract the equality tests (batched == alone, streaming == offline) rely on.
+  auto chunked = [](const float* a, const float* b, int64_t ldb, int64_t K) {
+    float total = 0.0f;
+    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+      float part = 0.0f;
+      for (int64_t k = k0; k < std::min(K, k0 + 32); ++k) part = std::fma(a[k], b[k * ldb], part);
+      total += part;
+    }
+    return total;
+  };
+  Rng r(13);
+  struct Case { int64_t M, N, K; };
+  for (const Case& c : {Case{1, 1, 1}, Case{9, 3, 31}, Case{40, 1, 32}, Case{17, 5, 33}, Case{40, 40, 100},
+                        Case{3, 40, 65}, Case{40, 8, 1100}, Case{64, 64, 2048}, Case{33, 31, 0}}) {
+    const auto [M, N, K] = c;
+    auto A = random_vec(size_t(M * std::max<int64_t>(K, 1)), r), B = random_vec(size_t(std::max<int64_t>(K, 1) * N), r);
+    Dev a(A), b(B), dc(size_t(M * N));
+    gpu::gemm(M, N, K, a.p, K, b.p, N, dc.p, N, false);
+    const auto got = dc.host();
+    int64_t differ = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) differ += got[size_t(i * N + j)] != chunked(&A[size_t(i * K)], &B[size_t(j)], N, K);
+    INFO("M " << M << " N " << N << " K " << K);
+    CHECK(differ == 0);
+  }
+}
+
 TEST_CASE("gpu fused linear epilogues: bitwise the unfused ops") {
   // linear_gelu == linear then gelu_erf; linear_scale_add == linear then layer_scale_add; on the
   // small kernel (T < 32), the tiled one, and unaligned rows (in = 30: no float4 loads)
@@ -186,7 +217,10 @@ TEST_CASE("gpu conv1d and conv_transpose1d") {
                         // Cin*K not a multiple of 4 (scalar loads of w), dilation, stride
                         Case{4, 64, 7, 1, 1, 1, 64, PadMode::Zero}, Case{3, 40, 7, 1, 1, 1, 70, PadMode::Replicate},
                         Case{33, 64, 3, 1, 3, 1, 100, PadMode::Replicate}, Case{8, 32, 8, 4, 1, 1, 200, PadMode::Zero},
-                        Case{16, 70, 1, 1, 1, 1, 129, PadMode::Zero}}) {
+                        Case{16, 70, 1, 1, 1, 1, 129, PadMode::Zero},
+                        // groups 1 and T_out < 32: the split-K GEMM, K past one round of 32 chunks
+                        // (300 x 4 = 1200 terms), rows not a multiple of its 8
+                        Case{300, 40, 4, 1, 1, 1, 10, PadMode::Zero}, Case{40, 9, 3, 2, 1, 1, 20, PadMode::Replicate}}) {
     Conv1dShape s{c.cin, c.cout, c.k, c.stride, c.dil, c.groups, c.T, c.pad};
     auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cout * (c.cin / c.groups) * c.k), r);
     auto b = random_vec(size_t(c.cout), r), ctx = random_vec(size_t(c.cin * s.pad_left()) + 1, r);
@@ -207,7 +241,9 @@ TEST_CASE("gpu conv1d and conv_transpose1d") {
                          // stride x Cout and T_out / stride >= 32: the stacked-phase GEMM (tiled);
                          // K = 2S as in Mimi, untrimmed, taps past K (K 5, S 2), stride 1
                          TCase{8, 16, 16, 8, 1, 40, true}, TCase{5, 12, 12, 6, 1, 33, false},
-                         TCase{3, 40, 5, 2, 1, 70, true}, TCase{7, 33, 3, 1, 1, 100, true}}) {
+                         TCase{3, 40, 5, 2, 1, 70, true}, TCase{7, 33, 3, 1, 1, 100, true},
+                         // groups 1 and fewer than 32 columns: the split-K GEMM (K 80 and 600)
+                         TCase{40, 12, 16, 8, 1, 3, true}, TCase{300, 5, 4, 2, 1, 4, false}}) {
     ConvTranspose1dShape s{c.cin, c.cout, c.k, c.stride, c.groups, c.T};
     s.trimmed = c.trimmed;
     auto x = random_vec(size_t(c.cin * c.T), r), w = random_vec(size_t(c.cin * (c.cout / c.groups) * c.k), r);
@@ -237,6 +273,28 @@ TEST_CASE("gpu conv1d and conv_transpose1d: a prefix's outputs do not depend on 
     Dev dxp(columns(x, 16, 120, 0, 6)), part(size_t(48 * p.length_out()));
     gpu::conv1d(p, dxp.p, dw.p, db.p, part.p, false, nullptr);  // 6 outputs: one thread each
     CHECK(count_differ(part.host(), whole.host(), 48, s.length_out(), 0, p.length_out()) == 0);
+  }
+  {  // fewer than 32 output channels: the one-thread-per-output kernel whole, split-K for the prefix
+    Conv1dShape s{70, 8, 4, 1, 1, 1, 90, PadMode::Zero};
+    auto x = random_vec(size_t(70 * 90), r), w = random_vec(size_t(8 * 70 * 4), r), b = random_vec(8, r);
+    Dev dx(x), dw(w), db(b), whole(size_t(8 * s.length_out()));
+    gpu::conv1d(s, dx.p, dw.p, db.p, whole.p, false, nullptr);
+    Conv1dShape p = s;
+    p.length_in = 5;
+    Dev dxp(columns(x, 70, 90, 0, 5)), part(size_t(8 * p.length_out()));
+    gpu::conv1d(p, dxp.p, dw.p, db.p, part.p, false, nullptr);
+    CHECK(count_differ(part.host(), whole.host(), 8, s.length_out(), 0, p.length_out()) == 0);
+  }
+  {
+    ConvTranspose1dShape s{40, 8, 8, 4, 1, 50};  // K = 2 x 40 terms: chunks of 32 cross the phases' taps
+    auto x = random_vec(size_t(40 * 50), r), w = random_vec(size_t(40 * 8 * 8), r), b = random_vec(8, r);
+    Dev dx(x), dw(w), db(b), whole(size_t(8 * s.length_out()));
+    gpu::conv_transpose1d(s, dx.p, dw.p, db.p, whole.p);
+    ConvTranspose1dShape p = s;
+    p.length_in = 3;
+    Dev dxp(columns(x, 40, 50, 0, 3)), part(size_t(8 * p.length_out()));
+    gpu::conv_transpose1d(p, dxp.p, dw.p, db.p, part.p);
+    CHECK(count_differ(part.host(), whole.host(), 8, s.length_out(), 0, p.length_out()) == 0);
   }
   {
     ConvTranspose1dShape s{12, 8, 8, 4, 1, 50};

@@ -65,7 +65,7 @@ json dataset_fields(const EncodeShardOptions& o, const Plan& plan, const Engine&
 
 json dataset_json(const EncodeShardOptions& o, const Plan& plan, const Engine& eng) {
   json j = dataset_fields(o, plan, eng);
-  put_path(j, "plan", fs::absolute(plan.dir).lexically_normal().string());  // bytes, not UTF-8
+  put_path(j, "plan", absolute_path(plan.dir));  // bytes, not UTF-8
   return j;
 }
 
@@ -186,7 +186,7 @@ json dataset_of_plan(const std::string& out, const Plan& plan) {
   throw Error(ErrorKind::Usage,
               (fs::path(out) / "dataset.json").string() + " was made from another plan (plan_sha256 " +
                   (made_from.empty() ? std::string("?") : made_from.substr(0, 12)) + ") than " +
-                  fs::absolute(plan.dir).lexically_normal().string() + " (plan_sha256 " +
+                  absolute_path(plan.dir) + " (plan_sha256 " +
                   plan.digest.substr(0, 12) +
                   "; was the plan replaced with --force?): none of its shards belong to this plan. Use another "
                   "output directory for this plan (or move " + out + " aside to start over), or give the plan it "

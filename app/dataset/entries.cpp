@@ -11,6 +11,7 @@
 #include <set>
 #include <utility>
 
+#include "app/file_io.h"
 #include "app/json_bytes.h"
 #include "codec/error.h"
 
@@ -90,6 +91,13 @@ std::string decode_manifest_text(const std::string& raw, const std::string& what
   const auto at = [&](size_t i) { return i < raw.size() ? uint8_t(raw[i]) : 0x100; };
   if (at(0) == 0xFF && at(1) == 0xFE && at(2) == 0 && at(3) == 0)
     throw Error(ErrorKind::Input, what + ": UTF-32 text is not supported; save the manifest as UTF-8");
+  // an audio file given where a manifest goes: its bytes would be read as a list of paths
+  // (each magic with what follows it in the format, so no text line starting the same is taken)
+  const auto starts = [&](const char* m, size_t at_ = 0) { return raw.compare(at_, std::strlen(m), m) == 0; };
+  if (((starts("RIFF") || starts("RF64")) && starts("WAVE", 8)) || (starts("FORM") && (starts("AIFF", 8) || starts("AIFC", 8))) ||
+      (starts("OggS") && at(4) == 0) || (starts("fLaC") && (at(4) & 0x7F) == 0) || (starts("ID3") && at(3) <= 5))
+    throw Error(ErrorKind::Usage, what + ": is an audio file, not a manifest: dataset plan takes folders, JSON Lines, "
+                                         "wav.scp or lists of paths (give its folder, or list it in a file)");
   if (at(0) == 0xEF && at(1) == 0xBB && at(2) == 0xBF) return raw.substr(3);
   if (at(0) == 0xFF && at(1) == 0xFE) return utf16_to_utf8(raw, false, what);
   if (at(0) == 0xFE && at(1) == 0xFF) return utf16_to_utf8(raw, true, what);
@@ -113,9 +121,10 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 std::string manifest_base(const std::string& manifest_path) {
-  const std::string cwd = fs::current_path().string();
+  // "" when the current directory is gone: only a relative path of the list needs it (manifest.cpp)
+  const std::string cwd = current_dir();
   if (manifest_path == "-") return cwd;
-  const std::string abs = fs::absolute(manifest_path).lexically_normal().string();
+  const std::string abs = absolute_path(manifest_path);
   // /dev/stdin, /dev/fd/63 (bash's <(...)), /proc/self/fd/N: the folder is no place of the user's
   if (starts_with(abs, "/dev/") || starts_with(abs, "/proc/")) return cwd;
   struct stat st{};
@@ -168,7 +177,7 @@ bool has_audio_extension(const std::string& name) {
 
 WalkResult walk_directory(const std::string& dir) {
   WalkResult r;
-  std::string root = fs::absolute(dir).lexically_normal().string();
+  std::string root = absolute_path(dir);
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   using Id = std::pair<dev_t, ino_t>;
   std::set<Id> dirs, files, ancestors;

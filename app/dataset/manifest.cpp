@@ -54,6 +54,7 @@ std::string absolute(const fs::path& base, const std::string& p, const std::stri
   if (const size_t nul = p.find('\0'); nul != std::string::npos)
     throw Error(ErrorKind::Input, where + ": the path holds a NUL byte (after '" + p.substr(0, nul) + "')");
   const fs::path q(p);
+  if (!q.is_absolute() && base.empty()) throw cwd_gone(p);  // a list on stdin, read from a deleted folder
   const fs::path a = (q.is_absolute() ? q : base / q).lexically_normal();
   const std::string name = a.filename().string();
   if (name.empty() || name == "." || name == "..")
@@ -246,7 +247,7 @@ std::string read_directory(const std::string& dir, int source, Problems& problem
     spdlog::info("{}: {} links to folders already walked (loops, second names) and {} second names of files "
                  "already listed were not taken again",
                  dir, w.repeated_dirs, w.repeated_files);
-  const fs::path base = fs::absolute(dir).lexically_normal();
+  const fs::path base(absolute_path(dir));
   std::string listing;
   for (const std::string& f : w.files) {
     Item it;
@@ -396,7 +397,7 @@ std::vector<Item> read_manifests(const std::vector<std::string>& paths, std::vec
   Problems own;
   Problems& problems = collect ? *collect : own;
   std::vector<Item> items;
-  auto abs_of = [](const std::string& p) { return p == "-" ? p : fs::absolute(p).lexically_normal().string(); };
+  auto abs_of = [](const std::string& p) { return p == "-" ? p : absolute_path(p); };
   std::set<std::string> segment_files;
   for (const std::string& p : paths)
     if (fs::path(p).filename() == "segments") segment_files.insert(abs_of(p));

@@ -180,7 +180,7 @@ void make_plan(const PlanOptions& o) {
   const auto shards = balance(std::move(items), n);
 
   fs::create_directories(o.out, ec);
-  if (ec && !fs::is_directory(o.out)) throw Error(ErrorKind::Output, o.out + ": cannot create: " + ec.message());
+  if (ec && !fs::is_directory(o.out)) throw sys_error(ec.value(), ErrorKind::Output, o.out, "cannot create");
   // A replaced plan stops being one first: a crash below leaves no plan.json over new shard files.
   if (fs::exists(plan_json, ec) && ::unlink(plan_json.c_str()) != 0)
     throw sys_error(errno, ErrorKind::Output, plan_json, "cannot remove the old plan");

@@ -3,10 +3,11 @@
 //   groups == 1, Cout and T_out >= 32: implicit GEMM. A = w [Cout, Cin*K] as stored, B[(ci,k), t]
 //               = x'[ci, ...] read from the signal in place by the tiled GEMM's loader
 //               (kernels/gpu/gemm_tile.h): no im2col buffer.
-//   otherwise : one thread per output (grouped convs, one output channel, a streaming step's few
-//               outputs).
-// Both sum over (ci, k) in order with one fmaf per term from 0, then add the bias, then y (the
-// GEMM's summation contract): a chunk's outputs do not depend on which kernel computed them.
+//   groups == 1, T_out < 32 (a streaming step's few outputs): the same implicit GEMM on the
+//               split-K kernel (gemm_tile.h gemm_splitk_kernel).
+//   otherwise : one thread per output (grouped convs, fewer than 32 output channels).
+// All sum over (ci, k) in the GPU's one order (gemm_tile.h: chunks of 32 terms), then add the
+// bias, then y: a chunk's outputs do not depend on which kernel computed them.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
 // after vendor.h
@@ -45,12 +46,12 @@ __global__ void MIMI_BOUNDS(kThreads) conv1d_kernel(Conv1dShape s, int64_t T_out
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, co = blockIdx.y;
   if (t >= T_out) return;
   const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups, g = co / cout_g;
-  float acc = 0.0f;
+  tile::ChunkedSum acc;
   for (int64_t ci = 0; ci < cin_g; ++ci)
     for (int64_t k = 0; k < s.kernel; ++k)
-      acc = fmaf(w[(co * cin_g + ci) * s.kernel + k],
-                 conv_input(s, P, x, context, g * cin_g + ci, t * s.stride + k * s.dilation - P), acc);
-  const float v = bias ? acc + bias[co] : acc;
+      acc.add(w[(co * cin_g + ci) * s.kernel + k],
+              conv_input(s, P, x, context, g * cin_g + ci, t * s.stride + k * s.dilation - P));
+  const float v = bias ? acc.value() + bias[co] : acc.value();
   float* out = y + co * T_out + t;
   *out = accumulate ? *out + v : v;
 }
@@ -62,11 +63,15 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
   const int64_t T_out = s.length_out(), P = s.pad_left();
   if (T_out <= 0) return;
   const float* ctx = P > 0 ? context : nullptr;
+  const int64_t K = s.in_channels * s.kernel;
+  const tile::MatrixC out{y, T_out, bias, accumulate};
+  const ConvWindowB window{s, P, x, ctx};
   if (s.groups == 1 && s.out_channels >= tile::kMinSide && T_out >= tile::kMinSide) {
-    const int64_t K = s.in_channels * s.kernel;
-    const tile::MatrixC out{y, T_out, bias, accumulate};
-    if (tile::aligned16(w, K)) tile::launch(s.out_channels, T_out, K, tile::Matrix<true>{w, K}, ConvWindowB{s, P, x, ctx}, out);
-    else tile::launch(s.out_channels, T_out, K, tile::Matrix<false>{w, K}, ConvWindowB{s, P, x, ctx}, out);
+    if (tile::aligned16(w, K)) tile::launch(s.out_channels, T_out, K, tile::Matrix<true>{w, K}, window, out);
+    else tile::launch(s.out_channels, T_out, K, tile::Matrix<false>{w, K}, window, out);
+  } else if (s.groups == 1 && T_out < tile::kMinSide) {
+    if (tile::aligned16(w, K)) tile::launch_splitk(s.out_channels, T_out, K, tile::Matrix<true>{w, K}, window, out);
+    else tile::launch_splitk(s.out_channels, T_out, K, tile::Matrix<false>{w, K}, window, out);
   } else {
     MIMI_LAUNCH(conv1d_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, current_stream(), s, T_out, P, x, w,
                 bias, y, accumulate, ctx);

@@ -4,11 +4,13 @@
 //               (kernels/gpu/gemm_tile.h): rows (r, co), columns t, K = (j, ci) with j < ceil(K/S).
 //               A is read from w as stored, B from x in place (zero outside [0, T_in)), and the
 //               store interleaves the phases into y: no copies, no overlap-add, no atomics.
+//   groups == 1, fewer than 32 columns (a streaming step's few outputs): the same stacked GEMM
+//               on the split-K kernel (gemm_tile.h gemm_splitk_kernel).
 //   otherwise : one thread per output (co, o) gathers the same terms (grouped convs such as the
-//               depthwise upsampling, and a streaming step's few outputs).
-// Both sum over (j, ci) in order with one fmaf per term from 0 (a tap past K or an input outside
-// [0, T_in) is a term with a zero factor), then add the bias: a chunk's outputs do not depend on
-// which kernel computed them.
+//               depthwise upsampling, fewer than 32 stacked rows).
+// All sum over (j, ci) in the GPU's one order (gemm_tile.h: chunks of 32 terms; a tap past K or an
+// input outside [0, T_in) is a term with a zero factor), then add the bias: a chunk's outputs do
+// not depend on which kernel computed them.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
 // after vendor.h
@@ -58,16 +60,16 @@ __global__ void MIMI_BOUNDS(kThreads) convtr_kernel(ConvTranspose1dShape s, int6
   if (o >= T_out) return;
   const int64_t cin_g = s.in_channels / s.groups, cout_g = s.out_channels / s.groups;
   const int64_t g = co / cout_g, col = co % cout_g, r = o % s.stride, t0 = o / s.stride;
-  float acc = 0.0f;
+  tile::ChunkedSum acc;
   for (int64_t j = 0; j < m; ++j) {
     const int64_t k = r + j * s.stride, t = t0 - j;
     const bool inside = k < s.kernel && t >= 0 && t < s.length_in;
     for (int64_t ci = g * cin_g; ci < (g + 1) * cin_g; ++ci) {
       const float wv = k < s.kernel ? w[(ci * cout_g + col) * s.kernel + k] : 0.0f;
-      acc = fmaf(wv, inside ? x[ci * s.length_in + t] : 0.0f, acc);
+      acc.add(wv, inside ? x[ci * s.length_in + t] : 0.0f);
     }
   }
-  y[co * T_out + o] = bias ? acc + bias[co] : acc;
+  y[co * T_out + o] = bias ? acc.value() + bias[co] : acc.value();
 }
 
 }  // namespace
@@ -76,9 +78,13 @@ void conv_transpose1d(const ConvTranspose1dShape& s, const float* x, const float
   const int64_t T_out = s.length_out(), S = s.stride, m = taps_per_phase(s);
   if (T_out <= 0) return;
   const int64_t rows = S * s.out_channels, cols = (T_out + S - 1) / S;  // phase 0 has the most columns
+  const PhaseWeightsA a{w, s.in_channels, s.out_channels, s.kernel, S};
+  const ShiftedInputB b{x, s.in_channels, s.length_in};
+  const PhaseInterleaveC c{y, bias, s.out_channels, S, T_out};
   if (s.groups == 1 && rows >= tile::kMinSide && cols >= tile::kMinSide) {
-    tile::launch(rows, cols, m * s.in_channels, PhaseWeightsA{w, s.in_channels, s.out_channels, s.kernel, S},
-                 ShiftedInputB{x, s.in_channels, s.length_in}, PhaseInterleaveC{y, bias, s.out_channels, S, T_out});
+    tile::launch(rows, cols, m * s.in_channels, a, b, c);
+  } else if (s.groups == 1 && cols < tile::kMinSide) {
+    tile::launch_splitk(rows, cols, m * s.in_channels, a, b, c);
   } else {
     MIMI_LAUNCH(convtr_kernel, dim3(blocks_for(T_out), unsigned(s.out_channels)), kThreads, 0, current_stream(), s, T_out, m, x, w,
                 bias, y);

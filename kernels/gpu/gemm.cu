@@ -2,12 +2,14 @@
 //   M, N >= 32: the register-tiled kernel of kernels/gpu/gemm_tile.h (64 x 64 block tiles, 4 x 4
 //               outputs per thread, double-buffered shared memory), float4 loads on 16-byte
 //               aligned rows.
-//   otherwise : 16 x 16 tiles, one output per thread (a streaming step's GEMMs have N = 1..8:
-//               a 64-wide tile would leave most of its threads idle). Both in gemm_tile.h.
-// Both kernels sum every output over k = 0..K-1 in order, one fmaf per term, starting from 0, and
-// add C last: an output's value depends only on its row of A and column of B, never on N, on its
-// position in the tile grid or on the kernel chosen. So a stream's columns come out the same
-// whatever batch they share a GEMM with (issue 14: batched == single on the GPU too).
+//   N < 32    : split K (a streaming step's GEMMs have N = 1..8): a warp per row, its lanes over
+//               the chunks of 32 k, the chunk sums added in order (gemm_splitk_kernel).
+//   otherwise : (M < 32) 16 x 16 tiles, one output per thread. All three in gemm_tile.h.
+// All sum every output in the GPU backend's one order (gemm_tile.h: chunks of 32 consecutive k,
+// each from 0 with fmaf, the chunk sums added in order) and add C last: an output's value depends
+// only on its row of A and column of B, never on N, on its position in the tile grid or on the
+// kernel chosen. So a stream's columns come out the same whatever batch they share a GEMM with
+// (issue 14: batched == single on the GPU too).
 // linear_gelu and linear_scale_add are the same GEMM with a fused epilogue (gemm_tile.h GeluC,
 // ScaleAddC): the formulas of the stand-alone kernels (epilogue.h), so the same bits in one pass.
 #include "kernels/gpu/ops.h"

@@ -10,9 +10,14 @@
 // step's global loads are issued before this step's FMAs and stored after them, so their latency
 // hides behind the arithmetic, with one barrier per step.
 //
-// Summation contract (what makes batched == alone hold on the GPU): every output sums k = 0..K-1
-// in order, one fmaf per term, starting from 0; then adds the bias, then C. Any other kernel that
-// computes the same op for few columns must sum the same way; its results are then bitwise equal.
+// Summation contract, the GPU backend's one order (what makes batched == alone and streaming ==
+// offline hold bitwise on the GPU, whichever kernel a shape takes): the K terms of an output are
+// cut into chunks of kChunk = 32 consecutive k; each chunk is summed in k order, one fmaf per term,
+// starting from 0; the chunk sums are added in chunk order to a total starting from 0 (a last,
+// shorter chunk included, no empty chunk added); then the bias, then C. One thread can sum a whole
+// output this way (the tiled kernel, the one-thread-per-output kernels), or the chunks can be
+// spread over threads and added in order afterwards (gemm_splitk_kernel): the bits are the same.
+// ChunkedSum below is that order for a thread that sees the terms one by one.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,21 @@ constexpr int kThreads = (kBM / kTM) * (kBN / kTN);
 static_assert(kThreads == 256 && kBM * kBK == 4 * kThreads && kBK * kBN == 4 * kThreads,
               "each thread loads one group of 4 floats of A and of B per step");
 constexpr int64_t kMinSide = 32;  // M and N from which the tiled kernel pays (fewer: most threads idle)
+constexpr int kChunk = 32;        // the summation contract's chunk of consecutive k
+static_assert(kChunk % kBK == 0, "the tiled kernel folds a chunk after whole K steps");
+
+// The contract's order for one thread that sees an output's terms in k order: add(a, b) is the
+// term a*b; value() the sum. (Only kernels whose terms come one at a time use it: the tiled and
+// split-K kernels fold their chunks themselves.)
+struct ChunkedSum {
+  float total = 0.0f, part = 0.0f;
+  int n = 0;  // terms in `part`
+  __device__ __forceinline__ void add(float a, float b) {
+    part = fmaf(a, b, part);
+    if (++n == kChunk) total += part, part = 0.0f, n = 0;
+  }
+  __device__ __forceinline__ float value() const { return n > 0 ? total + part : total; }
+};
 
 // 4 consecutive floats from global memory; p is 16-byte aligned (the caller checked)
 __device__ __forceinline__ void load4(const float* p, float v[4]) {
@@ -121,9 +141,9 @@ __global__ void MIMI_BOUNDS(kThreads) gemm_tile_kernel(int64_t M, int64_t N, int
     for (int i = 0; i < 4; ++i) As[buf][a_col + i][a_row] = a_next[i], Bs[buf][b_row][b_col + i] = b_next[i];
   };
 
-  float acc[kTM][kTN];
+  float acc[kTM][kTN], total[kTM][kTN];  // the current chunk's sums, and the folded chunks' (the contract)
   for (int i = 0; i < kTM; ++i)
-    for (int j = 0; j < kTN; ++j) acc[i][j] = 0.0f;
+    for (int j = 0; j < kTN; ++j) acc[i][j] = 0.0f, total[i][j] = 0.0f;
   const int64_t steps = (K + kBK - 1) / kBK;
   if (steps > 0) fetch(0), stash(0);
   __syncthreads();
@@ -139,6 +159,10 @@ __global__ void MIMI_BOUNDS(kThreads) gemm_tile_kernel(int64_t M, int64_t N, int
       for (int i = 0; i < kTM; ++i)
         for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
     }
+    if ((s + 1) % (kChunk / kBK) == 0 || s + 1 == steps) {  // a chunk ends here (the last may be short)
+      for (int i = 0; i < kTM; ++i)
+        for (int j = 0; j < kTN; ++j) total[i][j] += acc[i][j], acc[i][j] = 0.0f;
+    }
     // The other buffer was last read in step s - 1, which every thread finished before the
     // barrier that ended it: writing it now races with no reader.
     if (s + 1 < steps) stash(1 - cur);
@@ -150,7 +174,7 @@ __global__ void MIMI_BOUNDS(kThreads) gemm_tile_kernel(int64_t M, int64_t N, int
     for (int j = 0; j < kTN; ++j) {
       const int64_t col = n0 + tx * kTN + j;
       if (col >= N) break;
-      c.store(row, col, acc[i][j]);
+      c.store(row, col, total[i][j]);
     }
   }
 }
@@ -164,7 +188,7 @@ void launch(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
   MIMI_LAUNCH(gemm_tile, grid, kThreads, 0, current_stream(), M, N, K, a, b, c);
 }
 
-// ---- small outputs (a streaming step's few columns): one output per thread, 16 x 16 tiles ----
+// ---- few rows (M < 32, N >= 32): one output per thread, 16 x 16 tiles ----
 
 constexpr int kSmallTile = 16;
 
@@ -173,28 +197,89 @@ __global__ void MIMI_BOUNDS(kSmallTile * kSmallTile) gemm_small_kernel(int64_t M
   __shared__ float As[kSmallTile][kSmallTile];
   __shared__ float Bs[kSmallTile][kSmallTile];
   const int64_t row = int64_t(blockIdx.y) * kSmallTile + threadIdx.y, col = int64_t(blockIdx.x) * kSmallTile + threadIdx.x;
-  float acc = 0.0f;
+  ChunkedSum acc;
   for (int64_t k0 = 0; k0 < K; k0 += kSmallTile) {
     const int64_t ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
     As[threadIdx.y][threadIdx.x] = row < M && ka < K ? A[row * lda + ka] : 0.0f;
     Bs[threadIdx.y][threadIdx.x] = kb < K && col < N ? b.at(kb, col) : 0.0f;
     __syncthreads();
     const int kn = K - k0 < kSmallTile ? int(K - k0) : kSmallTile;  // no padding terms: exactly K terms
-    for (int k = 0; k < kn; ++k) acc = fmaf(As[threadIdx.y][k], Bs[k][threadIdx.x], acc);
+    for (int k = 0; k < kn; ++k) acc.add(As[threadIdx.y][k], Bs[k][threadIdx.x]);
     __syncthreads();
   }
-  if (row < M && col < N) c.store(row, col, acc);
+  if (row < M && col < N) c.store(row, col, acc.value());
+}
+
+// ---- few columns (N < 32: a streaming step's frames, a GEMV at batch 1): split K ----
+//
+// A block of 8 warps owns 8 rows (one per warp) and 8 columns. The K terms are the contract's
+// chunks of 32; lane l of a warp sums chunks l, l + 32, ... of its row for the 8 columns (32
+// consecutive k each, so a lane's A reads are 128 contiguous bytes, float4 where aligned; B's rows
+// are shared by the block's warps through L1). After each round of 32 chunks the lanes' sums go to
+// shared memory and lane j adds them, in chunk order, to column j's total. A streaming step's
+// serial chain shrinks from K dependent FMAs to 32 + K/32 (the old one-output-per-thread kernel
+// summed all K terms of an output in one thread: 8192 for the 512->1024 k16 conv at one frame).
+
+constexpr int kSplitRows = 8, kSplitCols = 8, kSplitThreads = 32 * kSplitRows;
+
+template <class AOp, class BOp, class COp>
+__global__ void MIMI_BOUNDS(kSplitThreads) gemm_splitk_kernel(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
+  __shared__ float sums[kSplitRows][32][kSplitCols + 1];  // [warp][lane = chunk in round][column], padded
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;  // 32-lane groups also on wave64
+  const int64_t row = int64_t(blockIdx.y) * kSplitRows + warp, col0 = int64_t(blockIdx.x) * kSplitCols;
+  const int ncols = N - col0 < kSplitCols ? int(N - col0) : kSplitCols;
+  const bool row_valid = row < M;
+  const int64_t chunks = (K + kChunk - 1) / kChunk;
+  float total = 0.0f;  // lane j < ncols: column col0 + j
+  // every thread runs every round (uniform trip count): the barriers below are block-uniform
+  for (int64_t round0 = 0; round0 < chunks; round0 += 32) {
+    const int64_t chunk = round0 + lane;
+    float acc[kSplitCols];
+    for (int j = 0; j < kSplitCols; ++j) acc[j] = 0.0f;
+    if (row_valid && chunk < chunks) {
+      const int64_t k0 = chunk * kChunk, k1 = K - k0 < kChunk ? K : k0 + kChunk;
+      for (int64_t k = k0; k < k1; k += 4) {
+        float av[4];
+        load_group(a, row, k, true, k1, av);  // zeros past k1 are never used below
+        const int kn = k1 - k < 4 ? int(k1 - k) : 4;
+        for (int i = 0; i < kn; ++i)
+          for (int j = 0; j < kSplitCols; ++j)
+            if (j < ncols) acc[j] = fmaf(av[i], b.at(k + i, col0 + j), acc[j]);
+      }
+    }
+    for (int j = 0; j < kSplitCols; ++j) sums[warp][lane][j] = acc[j];
+    __syncthreads();
+    if (lane < ncols) {
+      const int in_round = chunks - round0 < 32 ? int(chunks - round0) : 32;
+      for (int i = 0; i < in_round; ++i) total += sums[warp][i][lane];
+    }
+    __syncthreads();  // sums is rewritten by the next round
+  }
+  if (row_valid && lane < ncols) c.store(row, col0 + lane, total);
+}
+
+// Launches the split-K kernel for an M x N result (M, N >= 1; meant for N < kMinSide).
+template <class AOp, class BOp, class COp>
+void launch_splitk(int64_t M, int64_t N, int64_t K, AOp a, BOp b, COp c) {
+  const auto splitk = &gemm_splitk_kernel<AOp, BOp, COp>;  // a template-id cannot pass through the launch macro
+  const dim3 grid(unsigned((N + kSplitCols - 1) / kSplitCols), unsigned((M + kSplitRows - 1) / kSplitRows));
+  MIMI_LAUNCH(splitk, grid, kSplitThreads, 0, current_stream(), M, N, K, a, b, c);
 }
 
 // C[M,N] = A[M,K] (row stride lda) * B (through the loader b) into the store c, on the kernel
-// for the size: the tiled one for M, N >= kMinSide, else the small one. Both sum the same way,
-// so a column's bits do not depend on which runs. The caller checks the launch.
+// for the size: the tiled one for M, N >= kMinSide, the split-K one for few columns, else the
+// 16 x 16 one. All sum in the contract's order, so a column's bits do not depend on which runs.
+// The caller checks the launch.
 template <class BOp, class COp>
 void gemm_with(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, BOp b, COp c) {
   if (M <= 0 || N <= 0) return;
+  const bool vec_a = aligned16(A, lda);
   if (M >= kMinSide && N >= kMinSide) {
-    if (aligned16(A, lda)) launch(M, N, K, Matrix<true>{A, lda}, b, c);
+    if (vec_a) launch(M, N, K, Matrix<true>{A, lda}, b, c);
     else launch(M, N, K, Matrix<false>{A, lda}, b, c);
+  } else if (N < kMinSide) {
+    if (vec_a) launch_splitk(M, N, K, Matrix<true>{A, lda}, b, c);
+    else launch_splitk(M, N, K, Matrix<false>{A, lda}, b, c);
   } else {
     const dim3 block(kSmallTile, kSmallTile);
     const dim3 grid(unsigned((N + kSmallTile - 1) / kSmallTile), unsigned((M + kSmallTile - 1) / kSmallTile));

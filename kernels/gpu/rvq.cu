@@ -6,14 +6,15 @@
 // The codebook is read once per GEMM tile instead of once per frame.
 // Encode, few frames (a streaming step): one block per frame walks the codebooks; its threads
 // share the bins.
-// Both sum every dot product and |r|^2 with fmaf from 0 in q order (the GEMM's order) and pick
+// Both sum every dot product and |r|^2 in the GPU's one order (gemm_tile.h: chunks of 32 q) and pick
 // with the same rule, so a frame's codes do not depend on F or on the path: batched == alone.
 // Decode: one thread per output element sums its codebook entries in codebook order.
 // The codebook pointers travel in the kernel arguments (at most 32 books); the residual and the
 // dot products live in the caller's workspace: no allocation, no synchronization, capturable.
 #include "kernels/gpu/ops.h"
 #include "kernels/gpu/vendor.h"
-
+// after vendor.h
+#include "kernels/gpu/gemm_tile.h"
 
 namespace mimi::gpu {
 namespace {
@@ -44,13 +45,15 @@ __global__ void MIMI_BOUNDS(kThreads) rvq_encode_kernel(int64_t Q, int64_t F, in
   for (int64_t j = 0; j < n; ++j) {
     const float* E = books.p[j];
     const float* ee = norms.p[j];
-    float rr = 0.0f;
-    for (int64_t q = 0; q < Q; ++q) rr = fmaf(r[q], r[q], rr);
+    tile::ChunkedSum rs;
+    for (int64_t q = 0; q < Q; ++q) rs.add(r[q], r[q]);
+    const float rr = rs.value();
     float bd = INFINITY;
     int bi = kNoBin;
     for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) {
-      float dot = 0.0f;
-      for (int64_t q = 0; q < Q; ++q) dot = fmaf(E[b * Q + q], r[q], dot);
+      tile::ChunkedSum ds;  // as the GEMM of the many-frames path sums it
+      for (int64_t q = 0; q < Q; ++q) ds.add(E[b * Q + q], r[q]);
+      const float dot = ds.value();
       const float d = sqrtf(fmaxf(0.0f, rr - 2.0f * dot + ee[b]));
       if (d < bd || (d == bd && int(b) < bi)) bd = d, bi = int(b);
     }
@@ -79,8 +82,9 @@ __global__ void MIMI_BOUNDS(kThreads) rvq_pick_kernel(int64_t Q, int64_t F, int6
                                 float* r, int32_t* codes) {
   const int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (f >= F) return;
-  float rr = 0.0f;
-  for (int64_t q = 0; q < Q; ++q) rr = fmaf(r[q * F + f], r[q * F + f], rr);
+  tile::ChunkedSum rs;
+  for (int64_t q = 0; q < Q; ++q) rs.add(r[q * F + f], r[q * F + f]);
+  const float rr = rs.value();
   float bd = INFINITY;
   int bi = kNoBin;
   for (int64_t b = 0; b < bins; ++b) {
