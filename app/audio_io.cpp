@@ -348,11 +348,10 @@ int64_t AudioReader::read(std::vector<float>& out, int64_t frames) {
 
 std::string AudioReader::shortfall() const {
   if (!impl_->truncated.empty()) return impl_->truncated;
+  if (impl_->pcm) return impl_->pcm->shortfall();
   if (frames_ > 0 && impl_->got < frames_)
     return "truncated: the header promises " + std::to_string(frames_) + " frames, the file holds " +
            std::to_string(impl_->got);
-  if (impl_->pcm && impl_->pcm->dropped_bytes())
-    return "the stream ends inside a sample frame (" + std::to_string(impl_->pcm->dropped_bytes()) + " bytes dropped)";
   return "";
 }
 

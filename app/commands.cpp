@@ -131,12 +131,19 @@ void App::emit_error(const std::string& input, const std::string& message) {
   }
 }
 
+// --json records go to stdout: an output on stdout too (-o -, /dev/stdout, /dev/fd/1) would have
+// them appended to its bytes (convert did: exit 0, a stream that no longer decodes)
+void App::refuse_json_on_stdout(const std::string& out) const {
+  if (common_.json && is_stdout_path(out))
+    throw Error(ErrorKind::Usage, "--json cannot share stdout with -o " + out + " (write the output to a file)");
+}
+
 void App::check_targets(const std::vector<std::string>& inputs, const std::string& out) {
   if (inputs.size() > 1 && !out.empty() && !is_directory_target(out))
     throw Error(ErrorKind::Usage, "-o must be a directory (ending in '/') when there are several inputs");
   if (std::count(inputs.begin(), inputs.end(), std::string("-")) > 0 && inputs.size() > 1)
     throw Error(ErrorKind::Usage, "'-' (stdin) can only be the single input");
-  if (out == "-" && common_.json) throw Error(ErrorKind::Usage, "--json cannot share stdout with -o -");
+  refuse_json_on_stdout(out);
   if (is_directory_target(out)) {
     std::error_code ec;
     fs::create_directories(out, ec);
@@ -204,7 +211,7 @@ int App::encode(const EncodeOptions& o) {
     so.raw = RawFormat{o.raw_format, o.raw_rate, o.raw_channels};
     so.n_q = o.n_q;
     so.force = common_.force;
-    if (so.out == "-" && common_.json) throw Error(ErrorKind::Usage, "--json cannot share stdout with -o -");
+    refuse_json_on_stdout(so.out);
     Engine& eng = engine();
     const StreamStats st = stream_encode(eng, so);
     const double seconds = double(st.samples) / eng.config().sample_rate;
@@ -299,7 +306,7 @@ int App::decode(const DecodeOptions& o) {
     so.n_q = o.n_q;
     so.force = common_.force;
     so.allow_weights_mismatch = o.allow_weights_mismatch;
-    if (so.out == "-" && common_.json) throw Error(ErrorKind::Usage, "--json cannot share stdout with -o -");
+    refuse_json_on_stdout(so.out);
     Engine& eng = engine();
     const StreamStats st = stream_decode(eng, so);
     spdlog::info("{} -> {}: streamed {} frames, compute {:.2f} ms per frame on average, {:.2f} ms at most", so.input,
@@ -478,6 +485,7 @@ int App::info(const std::vector<std::string>& files) {
 
 int App::convert(const ConvertOptions& o) {
   if (o.out.empty()) throw Error(ErrorKind::Usage, "convert needs -o OUTPUT");
+  refuse_json_on_stdout(o.out);
   check_format_matches_output(o.format, o.out, {o.input});
   set_protected_inputs({o.input});
   TokenFile t = read_token_input(o.input, o.recover);

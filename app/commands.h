@@ -90,6 +90,7 @@ class App {
   void emit(const nlohmann::json& record);  // throws Error(Output) when stdout fails
   void emit_error(const std::string& input, const std::string& message);  // never throws
   // Checks -o against the inputs, creates an output directory, protects the inputs from -o.
+  void refuse_json_on_stdout(const std::string& out) const;
   void check_targets(const std::vector<std::string>& inputs, const std::string& out);
   // Reports one input's failure (stderr, --json) and keeps the first exit code; rethrows what
   // fails every input alike (device, usage, weights before the engine loaded).

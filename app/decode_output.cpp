@@ -58,6 +58,19 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
   if (t.meta.sample_rate != c.sample_rate)
     throw Error(ErrorKind::Input, what + ": made for " + std::to_string(t.meta.sample_rate) + " Hz, the model runs at " +
                                       std::to_string(c.sample_rate));
+  // Every header field the decode depends on is checked, not only the sample rate: a frame rate
+  // or a sample count that cannot be this model's decoded at 12.5 Hz or trimmed the audio away.
+  if (std::fabs(t.meta.frame_rate - c.frame_rate) > 1e-9 * c.frame_rate)
+    throw Error(ErrorKind::Input, what + ": made at " + fmt::format("{}", t.meta.frame_rate) +
+                                      " frames/s, the model runs at " + fmt::format("{}", c.frame_rate));
+  // an encode of N samples gives ceil(N / frame_size) frames; a whole file that says otherwise was edited
+  if (t.complete && t.meta.original_samples &&
+      (*t.meta.original_samples < 1 ||
+       (*t.meta.original_samples + c.frame_size() - 1) / c.frame_size() != t.codes.frames))
+    throw Error(ErrorKind::Input, what + ": its header says " + std::to_string(*t.meta.original_samples) +
+                                      " samples, which " + std::to_string(t.codes.frames) +
+                                      " frames cannot hold (ceil(samples / " + std::to_string(c.frame_size()) +
+                                      ") frames): an edited or damaged header");
   if (!t.meta.weights_fingerprint.empty() && t.meta.weights_fingerprint != eng.model().fingerprint) {
     if (!allow_mismatch)
       throw Error(ErrorKind::Weights, what + ": made with other weights (fingerprint " + t.meta.weights_fingerprint +

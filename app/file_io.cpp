@@ -299,6 +299,8 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
     if (fd_ < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot write (not an open descriptor)");
     return;
   }
+  if (!path.empty() && path.back() == '/')  // a folder's name: no file can be published under it
+    throw Error(ErrorKind::Usage, path + ": names a directory (it ends in '/'); give a file name");
   target_ = resolve_symlinks(path);
   const std::string& target_path = target_;
   {  // one output per input: a/x.wav and b/x.wav into out/ never both land in out/x.mimi (with
@@ -442,6 +444,8 @@ void install_signal_handlers() {
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGXFSZ, SIG_IGN);
 }
+
+bool is_stdout_path(const std::string& path) { return path == "-" || descriptor_path(path) == 1; }
 
 bool is_directory_target(const std::string& out) {
   std::error_code ec;

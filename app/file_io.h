@@ -105,6 +105,8 @@ int batch_slots(int asked, size_t items, int fds_per_slot);
 //   out empty                   -> beside the input: <dir>/<stem><ext>
 std::string output_path(const std::string& input, const std::string& out, const std::string& ext);
 bool is_directory_target(const std::string& out);
+// "-", or a path naming this process's descriptor 1 (/dev/stdout, /dev/fd/1, /proc/self/fd/1)
+bool is_stdout_path(const std::string& path);
 
 // The absolute, lexically normal form of `path` (bytes; no symlink resolved). Only a relative path
 // asks for the current directory; when that is gone (deleted or moved away under a running shell)

@@ -6,6 +6,8 @@
 // the compute ops do nothing, so the codes are zeros, which decode reads as valid codes.
 #include "app/gpu_trace.h"
 
+#include "app/file_io.h"
+
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -140,12 +142,13 @@ const Kernels kTrace{.gemm = t_gemm,
                      .fused = &kTraceFused};
 
 // One workload's ops as one JSON line.
-void emit(std::ofstream& out, const std::string& workload, double audio_s, int slots, int64_t steps,
+void emit(OutputFile& out, const std::string& workload, double audio_s, int slots, int64_t steps,
           std::vector<nlohmann::json>&& ops) {
-  out << nlohmann::json{{"workload", workload}, {"audio_s", audio_s}, {"slots", slots}, {"steps", steps},
-                        {"ops", std::move(ops)}}
-             .dump()
-      << "\n";
+  const std::string line = nlohmann::json{{"workload", workload}, {"audio_s", audio_s}, {"slots", slots},
+                                          {"steps", steps}, {"ops", std::move(ops)}}
+                               .dump() +
+                           "\n";
+  out.write(line.data(), line.size());
 }
 
 }  // namespace
@@ -161,8 +164,7 @@ int run_gpu_trace(const GpuTraceOptions& o) {
   eo.graphs = false;
   Engine engine(model, eo);
   const Config& c = engine.config();
-  std::ofstream out(o.out, std::ios::binary);
-  if (!out) throw Error(ErrorKind::Output, o.out + ": cannot write the trace");
+  OutputFile out(o.out, true);  // like every output: atomic, '-' is stdout (a trace is replaced, as it always was)
   std::vector<nlohmann::json> ops;
   g_ops = &ops;
   struct Reset {
@@ -226,8 +228,7 @@ int run_gpu_trace(const GpuTraceOptions& o) {
     emit(out, "decode streaming step, " + std::to_string(slots) + " slot(s)", double(fs) / c.sample_rate, slots, 1,
          std::move(ops));
   }
-  out.close();
-  if (!out) throw Error(ErrorKind::Output, o.out + ": cannot write the trace");
+  out.commit();
   return 0;
 }
 

@@ -187,12 +187,21 @@ int64_t PcmReader::read(std::vector<float>& out, int64_t max_frames, bool wait_f
     if (data_left_ != UINT64_MAX) data_left_ -= got;
   }
   const size_t whole = have / fb;
+  frames_read_ += int64_t(whole);
   if (ended_) dropped_ += have - whole * fb;
   else carry_.assign(raw_.begin() + long(whole * fb), raw_.begin() + long(have));
   out.resize(whole * size_t(layout_.channels));
   const int bps = layout_.bits / 8;
   for (size_t i = 0; i < out.size(); ++i) out[i] = sample_at(raw_.data() + i * size_t(bps), layout_);
   return int64_t(whole);
+}
+
+std::string PcmReader::shortfall() const {
+  if (declared_frames_ > 0 && frames_read_ < declared_frames_)
+    return "truncated: the header promises " + std::to_string(declared_frames_) + " frames, the input holds " +
+           std::to_string(frames_read_);
+  if (dropped_) return "the stream ends inside a sample frame (" + std::to_string(dropped_) + " bytes dropped)";
+  return "";
 }
 
 }  // namespace mimi::app

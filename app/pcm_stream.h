@@ -52,6 +52,9 @@ class PcmReader {
   // max_frames arrived or the input ended, else it returns what one read gave. 0 at the end.
   int64_t read(std::vector<float>& out, int64_t max_frames, bool wait_full);
   uint64_t dropped_bytes() const { return dropped_; }  // an incomplete last frame
+  // After the end: what the input lacked against its header ("truncated: ..."), or an incomplete
+  // last frame; "" when whole. The one wording for every reader of a WAV stream or open file.
+  std::string shortfall() const;
 
  private:
   size_t fill(uint8_t* dst, size_t n, bool exact);  // counts (and while recording keeps) what it took
@@ -71,6 +74,7 @@ class PcmReader {
   uint64_t data_left_ = UINT64_MAX;  // bytes of the data chunk still to come
   uint64_t dropped_ = 0;
   bool ended_ = false;
+  int64_t frames_read_ = 0;
 };
 
 }  // namespace mimi::app

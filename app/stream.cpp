@@ -135,8 +135,7 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
     st.samples += int64_t(pending.size() - before);
     encode_ready(false);
   }
-  if (reader.dropped_bytes())
-    spdlog::warn("{}: the stream ends inside a sample frame ({} bytes dropped)", what, reader.dropped_bytes());
+  if (const std::string s = reader.shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
   const size_t before = pending.size();
   rs.process(nullptr, 0, pending);
   st.samples += int64_t(pending.size() - before);

@@ -2,9 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <utility>
+#include <vector>
 
 #include "codec/error.h"
 
@@ -43,21 +48,43 @@ std::string resolve(const std::string& p, const std::string& origin) {
 std::string locate_weights(const std::string& flag) {
   if (!flag.empty()) return resolve(flag, "--weights");
   if (const char* env = std::getenv("MIMI_WEIGHTS"); env && *env) return resolve(env, "$MIMI_WEIGHTS");
-  fs::path hf;
+  // The hub cache as huggingface_hub finds it: $HF_HUB_CACHE, else $HF_HOME/hub, else
+  // ~/.cache/huggingface/hub. In it, the snapshot refs/main names (the one the hub's own tools
+  // load), then, without a usable one, the snapshots newest first (never the directory's order:
+  // with two snapshots that took an arbitrary, possibly broken, one).
+  fs::path hf, hub;
   if (const char* h = std::getenv("HF_HOME"); h && *h) hf = h;
   else if (const char* home = std::getenv("HOME"); home && *home) hf = fs::path(home) / ".cache" / "huggingface";
+  if (const char* c = std::getenv("HF_HUB_CACHE"); c && *c) hub = c;
+  else if (!hf.empty()) hub = hf / "hub";
   std::error_code ec;
-  const fs::path snaps = hf / "hub" / "models--kyutai--mimi" / "snapshots";
-  if (!hf.empty() && fs::is_directory(snaps, ec))
+  const fs::path repo = hub / "models--kyutai--mimi", snaps = repo / "snapshots";
+  if (!hub.empty() && fs::is_directory(snaps, ec)) {
+    std::ifstream ref(repo / "refs" / "main");
+    std::string main_ref;
+    if (ref && std::getline(ref, main_ref)) {
+      while (!main_ref.empty() && std::isspace(static_cast<unsigned char>(main_ref.back()))) main_ref.pop_back();
+      if (!main_ref.empty() && main_ref.find('/') == std::string::npos) {
+        std::string f = in_dir(snaps / main_ref);
+        if (!f.empty()) return f;
+      }
+    }
+    std::vector<std::pair<fs::file_time_type, fs::path>> all;
     for (const auto& e : fs::directory_iterator(snaps, ec)) {
-      std::string f = in_dir(e.path());
+      std::error_code tec;
+      all.emplace_back(fs::last_write_time(e.path(), tec), e.path());
+    }
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    for (const auto& [t, dir] : all) {
+      std::string f = in_dir(dir);
       if (!f.empty()) return f;
     }
+  }
   throw Error(ErrorKind::Weights,
               "no Mimi weights found. Pass --weights FILE (model.safetensors of kyutai/mimi, or moshi's "
               "tokenizer-e351c8d8-checkpoint125.safetensors), set MIMI_WEIGHTS, or download them with "
               "scripts/download-weights.sh (into the Hugging Face cache, " +
-                  (hf.empty() ? std::string("~/.cache/huggingface") : hf.string()) + ")");
+                  (hub.empty() ? std::string("~/.cache/huggingface/hub") : hub.string()) + ")");
 }
 
 }  // namespace mimi::app

@@ -138,10 +138,11 @@ def op_time(op):
         if F >= RVQ_GEMM_FRAMES:  # per codebook: the dot products as a GEMM, then a pick kernel
             t = sum(gemm_time(bins, F, Q)[0] + cyc(MEM_LAT + bins * 8) for _ in range(n))
             return t, 2 * n + 1, "rvq_gemm"
-        # one block per frame: each thread walks bins/256 codebook rows (Q dependent FMAs each),
-        # then a tree reduction; the codebook (bins x Q floats) streams through that one SM
-        per_book = max(bins / THREADS * Q * FMA_LAT, 4 * bins * Q / (HBM_BPS / SMS) * CLOCK_HZ) + 8 * (BARRIER + SMEM_LAT)
-        return cyc(n * per_book + MEM_LAT), 1, "rvq_block"
+        # per codebook: the dot products on the split-K GEMM (all SMs), then one block per frame:
+        # |r|^2 (Q dependent FMAs), bins/256 distances a thread, a tree of 8 levels, the update
+        pick = MEM_LAT + Q * FMA_LAT + bins / THREADS * 12 + 8 * (BARRIER + SMEM_LAT) + MEM_LAT
+        t = sum(gemm_time(bins, F, Q)[0] + cyc(pick) for _ in range(n))
+        return t, 2 * n + 1, "rvq_splitk"
     if k == "rvq_decode":
         return max(cyc(MEM_LAT * 2), hbm(4 * op["Q"] * op["F"] * (op["n"] + 1))), 1, "rvq_decode"
     if k in ("h2d", "d2h"):

@@ -250,3 +250,134 @@ TEST_CASE("classes: option-shaped file names get a hint; raw-input options need 
     CHECK(o.out.find("--raw-format") != std::string::npos);
   }
 }
+
+// ---- the sixth fresh probe's findings, by class
+
+TEST_CASE("classes: a finished shard missing any of its files is not done: status lists it, the worker redoes it") {
+  Sandbox box("clsp6shard");
+  box.sh("mkdir corp");
+  for (const std::string n : {"x", "y"}) write_wav(box / ("corp/" + n + ".wav"), tone(6000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan corp -o plan --shards 1 -q && mimi dataset encode --plan plan --shard 0/1 -o out -q").code == 0);
+  const std::string tar = box.get("out/shards/shard-00000.tar"), index = box.get("out/shards/shard-00000.index.jsonl");
+  for (const std::string cut : {"rm out/shards/shard-00000.index.jsonl", "rm out/shards/shard-00000.errors.jsonl",
+                                "head -c 10 out/shards/shard-00000.index.jsonl > t && mv t out/shards/shard-00000.index.jsonl",
+                                "echo '{}' >> out/shards/shard-00000.errors.jsonl"}) {
+    CAPTURE(cut);
+    REQUIRE(box.sh(cut).code == 0);
+    const Run todo = box.sh("mimi dataset status out --todo --format ranges 2>/dev/null");
+    CHECK(todo.out == "0\n");
+    CHECK(box.sh("mimi dataset encode --plan plan --shard 0/1 -o out -q").code == 0);
+    CHECK(box.sh("mimi dataset verify out -q").code == 0);
+    CHECK(box.get("out/shards/shard-00000.tar") == tar);
+    CHECK(box.get("out/shards/shard-00000.index.jsonl") == index);
+  }
+}
+
+TEST_CASE("classes: --json never shares stdout with an output, whatever names stdout") {
+  Sandbox box("clsp6json");
+  write_wav(box / "in.wav", tone(6000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o in.mimi -q").code == 0);
+  int checked = 0;
+  for (const std::string out : {"-", "/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) {
+    for (const std::string cmd : {"encode in.wav", "decode in.mimi", "convert in.mimi --format text", "roundtrip in.wav",
+                                  "encode --stream in.wav", "decode --stream in.mimi"}) {
+      const Run r = box.sh("mimi " + cmd + " -o " + out + " --json > o.bin 2>err.txt; echo $?");
+      CAPTURE(cmd);
+      CAPTURE(out);
+      CAPTURE(box.get("err.txt"));
+      CHECK(r.out == "2\n");
+      CHECK(box.get("o.bin").empty());
+      ++checked;
+    }
+  }
+  CHECK(checked == 24);
+}
+
+TEST_CASE("classes: an output path ending in '/' is not a file name") {
+  Sandbox box("clsp6slash");
+  write_wav(box / "in.wav", tone(6000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  for (const std::string cmd : {"gen-weights -o newdir/", "gen-weights -o newdir/ -f", "gpu-trace --config tiny -o newdir/"}) {
+    const Run r = box.sh("mimi " + cmd + " 2>&1");
+    CAPTURE(cmd);
+    CAPTURE(r.out);
+    check_sane(r);
+    CHECK(r.code == 2);
+    CHECK(!fs::exists(box / "newdir"));
+  }
+}
+
+TEST_CASE("classes: a WAV shorter than its header says is named by every reader, --stream too") {
+  Sandbox box("clsp6short");
+  WavSpec w;
+  w.data = s16_bytes(tone(20000, 1, 24000));
+  w.data_size = 48000;  // promises 24000 frames, holds 10000
+  box.put("short.wav", make_wav(w));
+  for (const std::string cmd : {"mimi encode short.wav -o a.mimi", "mimi encode - -o b.mimi < short.wav",
+                                "cat short.wav | mimi encode - -o c.mimi", "mimi encode --stream - -o d.mimi < short.wav",
+                                "mimi encode --stream short.wav -o e.mimi"}) {
+    const Run r = box.sh(cmd + " 2>&1");
+    CAPTURE(cmd);
+    CAPTURE(r.out);
+    CHECK(r.code == 0);
+    CHECK(contains_ci(r.out, "truncated"));
+  }
+}
+
+TEST_CASE("classes: every header field a decode depends on is checked") {
+  Sandbox box("clsp6hdr");
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o a.mimi -q && mimi encode in.wav -o a.safetensors -q").code == 0);
+  // .mimi header JSON fields
+  struct Edit {
+    std::string from, to;
+    int code;
+  };
+  const MimiParts p = split_mimi(box.get("a.mimi"));
+  for (const Edit& e : {Edit{"\"frame_rate\":12.5", "\"frame_rate\":25", 3}, Edit{"\"frame_rate\":12.5", "\"frame_rate\":12.5", 0},
+                        Edit{"\"sample_rate\":24000", "\"sample_rate\":16000", 3}}) {
+    MimiParts q = p;
+    const size_t at = q.header.find(e.from);
+    REQUIRE(at != std::string::npos);
+    q.header.replace(at, e.from.size(), e.to);
+    box.put("e.mimi", join_mimi(q));
+    const Run r = box.sh("mimi decode e.mimi -o e.wav -f 2>&1");
+    CAPTURE(e.to);
+    CAPTURE(r.out);
+    CHECK(r.code == e.code);
+  }
+  // the sample count (safetensors metadata): 13 frames hold 23041..24960 samples
+  const std::string st = box.get("a.safetensors");
+  for (const auto& [samples, code] : std::vector<std::pair<std::string, int>>{
+           {"0", 3}, {"1", 3}, {"23040", 3}, {"23041", 0}, {"24000", 0}, {"24960", 0}, {"24961", 3}}) {
+    std::string s = st;
+    const std::string key = "\"original_samples\":\"24000\"";
+    const size_t at = s.find(key);
+    REQUIRE(at != std::string::npos);
+    std::string repl = "\"original_samples\":\"" + samples + "\"";
+    repl.append(key.size() - std::min(key.size(), repl.size()), ' ');  // keep the header's length
+    if (repl.size() > key.size()) continue;
+    s.replace(at, key.size(), repl);
+    box.put("e.safetensors", s);
+    const Run r = box.sh("mimi decode e.safetensors -o e.wav -f 2>&1");
+    CAPTURE(samples);
+    CAPTURE(r.out);
+    CHECK(r.code == code);
+  }
+}
+
+TEST_CASE("classes: weights from the Hugging Face cache follow refs/main") {
+  Sandbox box("clsp6hf");
+  write_wav(box / "in.wav", tone(6000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  const std::string w = fs::path(box.weights).parent_path().string();
+  const std::string R = "hf/hub/models--kyutai--mimi";
+  // the good snapshot named by refs/main, a broken one beside it (older and newer)
+  const Run setup = box.sh("mkdir -p " + R + "/snapshots/aaa " + R + "/snapshots/zzz " + R + "/refs && cp '" + box.weights +
+                           "' " + R + "/snapshots/zzz/model.safetensors && cp '" + w + "/config.json' " + R +
+                           "/snapshots/zzz/ && printf broken > " + R + "/snapshots/aaa/model.safetensors && touch " + R +
+                           "/snapshots/aaa && printf 'zzz\\n' > " + R + "/refs/main");
+  INFO(setup.err);
+  REQUIRE(setup.code == 0);
+  CHECK(box.sh("env -u MIMI_WEIGHTS HF_HOME=$PWD/hf mimi encode in.wav -o a.mimi -q").code == 0);
+  CHECK(box.sh("env -u MIMI_WEIGHTS -u HF_HOME HF_HUB_CACHE=$PWD/hf/hub mimi encode in.wav -o b.mimi -q").code == 0);
+  CHECK(box.get("a.mimi") == box.get("b.mimi"));
+}

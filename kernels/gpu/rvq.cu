@@ -4,10 +4,13 @@
 // r [Q, F], on the tiled kernel (gemm.cu), then one thread per frame takes |r|^2, the argmin of
 // d = sqrt(max(0, |r|^2 - 2 dot + |e|^2)) (ties to the lowest index) and updates its residual.
 // The codebook is read once per GEMM tile instead of once per frame.
-// Encode, few frames (a streaming step): one block per frame walks the codebooks; its threads
-// share the bins.
-// Both sum every dot product and |r|^2 in the GPU's one order (gemm_tile.h: chunks of 32 q) and pick
-// with the same rule, so a frame's codes do not depend on F or on the path: batched == alone.
+// Encode, few frames (a streaming step): the same GEMM per codebook (on the split-K kernel, all
+// SMs: the old one-block-per-frame kernel streamed every codebook through one SM), then one block
+// per frame takes the argmin: each thread scans bins/256, then a tree of (distance, index) minima
+// with ties to the lower index, which is the sequential scan's answer in any order.
+// Both sum every dot product (the GEMM) and |r|^2 in the GPU's one order (gemm_tile.h: chunks of
+// 32 q) and pick with the same rule, so a frame's codes do not depend on F or on the path:
+// batched == alone.
 // Decode: one thread per output element sums its codebook entries in codebook order.
 // The codebook pointers travel in the kernel arguments (at most 32 books); the residual and the
 // dot products live in the caller's workspace: no allocation, no synchronization, capturable.
@@ -20,7 +23,7 @@ namespace mimi::gpu {
 namespace {
 
 constexpr int kMaxBooks = 32;
-constexpr int64_t kGemmFrames = 32;  // the tiled GEMM's smallest side (gemm_tile.h kMinSide)
+constexpr int64_t kGemmFrames = 32;  // from here one thread per frame picks (fewer: a block per frame)
 constexpr int kNoBin = 0x7fffffff;   // "none yet"; a frame whose every distance is NaN gets bin 0
 struct Books {  // passed by value
   const float* p[kMaxBooks];
@@ -33,47 +36,42 @@ Books books_arg(const float* const* host, int64_t n) {
   return b;
 }
 
-__global__ void MIMI_BOUNDS(kThreads) rvq_encode_kernel(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x,
-                                  Books books, Books norms, int32_t* codes) {
-  MIMI_DYNAMIC_SHARED(float, sh);  // r [Q], rr, best_d [blockDim], best_i [blockDim] (as float bits)
-  float* r = sh;
-  float* best_d = sh + Q + 1;
-  int* best_i = reinterpret_cast<int*>(best_d + blockDim.x);
+// |r|^2 of frame f of r [Q, F], in the contract's order (every caller sums it the same way)
+__device__ __forceinline__ float residual_norm(int64_t Q, int64_t F, const float* r, int64_t f) {
+  tile::ChunkedSum rs;
+  for (int64_t q = 0; q < Q; ++q) rs.add(r[q * F + f], r[q * F + f]);
+  return rs.value();
+}
+
+// d of bin b for a frame, and the pick rule: smaller d, ties to the lower index, NaN never wins
+__device__ __forceinline__ float distance(float rr, float dot, float ee) { return sqrtf(fmaxf(0.0f, rr - 2.0f * dot + ee)); }
+__device__ __forceinline__ bool better(float d, int i, float bd, int bi) { return d < bd || (d == bd && i < bi); }
+
+// One block per frame f, after the GEMM of codebook E: the argmin over dot's column f split over
+// the block, the code, and the residual update.
+__global__ void MIMI_BOUNDS(kThreads) rvq_pick_block_kernel(int64_t Q, int64_t F, int64_t bins, const float* dot,
+                                                           const float* E, const float* ee, float* r, int32_t* codes) {
+  __shared__ float best_d[kThreads];
+  __shared__ int best_i[kThreads];
   const int64_t f = blockIdx.x;
-  for (int64_t q = threadIdx.x; q < Q; q += blockDim.x) r[q] = x[q * F + f];
+  const float rr = residual_norm(Q, F, r, f);  // every thread the same value
+  float bd = INFINITY;
+  int bi = kNoBin;
+  for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) {
+    const float d = distance(rr, dot[b * F + f], ee[b]);
+    if (better(d, int(b), bd, bi)) bd = d, bi = int(b);
+  }
+  best_d[threadIdx.x] = bd;
+  best_i[threadIdx.x] = bi;
   __syncthreads();
-  for (int64_t j = 0; j < n; ++j) {
-    const float* E = books.p[j];
-    const float* ee = norms.p[j];
-    tile::ChunkedSum rs;
-    for (int64_t q = 0; q < Q; ++q) rs.add(r[q], r[q]);
-    const float rr = rs.value();
-    float bd = INFINITY;
-    int bi = kNoBin;
-    for (int64_t b = threadIdx.x; b < bins; b += blockDim.x) {
-      tile::ChunkedSum ds;  // as the GEMM of the many-frames path sums it
-      for (int64_t q = 0; q < Q; ++q) ds.add(E[b * Q + q], r[q]);
-      const float dot = ds.value();
-      const float d = sqrtf(fmaxf(0.0f, rr - 2.0f * dot + ee[b]));
-      if (d < bd || (d == bd && int(b) < bi)) bd = d, bi = int(b);
-    }
-    best_d[threadIdx.x] = bd;
-    best_i[threadIdx.x] = bi;
-    __syncthreads();
-    for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
-      if (threadIdx.x < st) {
-        const float od = best_d[threadIdx.x + st];
-        const int oi = best_i[threadIdx.x + st];
-        if (od < best_d[threadIdx.x] || (od == best_d[threadIdx.x] && oi < best_i[threadIdx.x]))
-          best_d[threadIdx.x] = od, best_i[threadIdx.x] = oi;
-      }
-      __syncthreads();
-    }
-    const int best = best_i[0] == kNoBin ? 0 : best_i[0];
-    if (threadIdx.x == 0) codes[j * F + f] = best;
-    for (int64_t q = threadIdx.x; q < Q; q += blockDim.x) r[q] -= E[int64_t(best) * Q + q];
+  for (unsigned st = blockDim.x / 2; st > 0; st >>= 1) {
+    if (threadIdx.x < st && better(best_d[threadIdx.x + st], best_i[threadIdx.x + st], best_d[threadIdx.x], best_i[threadIdx.x]))
+      best_d[threadIdx.x] = best_d[threadIdx.x + st], best_i[threadIdx.x] = best_i[threadIdx.x + st];
     __syncthreads();
   }
+  const int best = best_i[0] == kNoBin ? 0 : best_i[0];
+  if (threadIdx.x == 0) codes[f] = best;
+  for (int64_t q = threadIdx.x; q < Q; q += blockDim.x) r[q * F + f] -= E[int64_t(best) * Q + q];
 }
 
 // One thread per frame f, after the GEMM of codebook E: |r|^2, the argmin over dot's column f,
@@ -82,14 +80,12 @@ __global__ void MIMI_BOUNDS(kThreads) rvq_pick_kernel(int64_t Q, int64_t F, int6
                                 float* r, int32_t* codes) {
   const int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (f >= F) return;
-  tile::ChunkedSum rs;
-  for (int64_t q = 0; q < Q; ++q) rs.add(r[q * F + f], r[q * F + f]);
-  const float rr = rs.value();
+  const float rr = residual_norm(Q, F, r, f);
   float bd = INFINITY;
   int bi = kNoBin;
   for (int64_t b = 0; b < bins; ++b) {
-    const float d = sqrtf(fmaxf(0.0f, rr - 2.0f * dot[b * F + f] + ee[b]));
-    if (d < bd || (d == bd && int(b) < bi)) bd = d, bi = int(b);
+    const float d = distance(rr, dot[b * F + f], ee[b]);
+    if (better(d, int(b), bd, bi)) bd = d, bi = int(b);
   }
   const int best = bi == kNoBin ? 0 : bi;
   codes[f] = best;
@@ -110,22 +106,19 @@ __global__ void MIMI_BOUNDS(kThreads) rvq_decode_kernel(int64_t Q, int64_t F, in
 void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x, const float* const* codebooks,
                 const float* const* sq_norms, int32_t* codes, float* work) {
   if (F <= 0 || n <= 0) return;
-  if (F >= kGemmFrames) {
-    float* r = work;         // [Q, F]
-    float* dot = r + Q * F;  // [bins, F]
-    copy2d(r, F, x, F, F, Q);
-    for (int64_t j = 0; j < n; ++j) {
-      gemm(bins, F, Q, codebooks[j], Q, r, F, dot, F, false);
+  float* r = work;         // [Q, F]
+  float* dot = r + Q * F;  // [bins, F]
+  copy2d(r, F, x, F, F, Q);
+  for (int64_t j = 0; j < n; ++j) {
+    gemm(bins, F, Q, codebooks[j], Q, r, F, dot, F, false);
+    if (F >= kGemmFrames)
       MIMI_LAUNCH(rvq_pick_kernel, blocks_for(F), kThreads, 0, current_stream(), Q, F, bins, dot, codebooks[j],
                   sq_norms[j], r, codes + j * F);
-      check_launch("rvq_encode (pick)");
-    }
-    return;
+    else
+      MIMI_LAUNCH(rvq_pick_block_kernel, unsigned(F), kThreads, 0, current_stream(), Q, F, bins, dot, codebooks[j],
+                  sq_norms[j], r, codes + j * F);
+    check_launch("rvq_encode (pick)");
   }
-  const size_t shared = size_t(Q + 1 + 2 * kThreads) * sizeof(float);
-  MIMI_LAUNCH(rvq_encode_kernel, unsigned(F), kThreads, shared, current_stream(), Q, F, bins, n, x, books_arg(codebooks, n),
-              books_arg(sq_norms, n), codes);
-  check_launch("rvq_encode");
 }
 
 void rvq_decode(int64_t Q, int64_t F, int64_t bins, int64_t n, const int32_t* codes, const float* const* codebooks,
