@@ -290,8 +290,9 @@ int run_main(int argc, char** argv) {
   d->add_flag("--recover", dec.recover, "Decode the good prefix of a damaged or truncated .mimi file");
   d->add_flag("--allow-weights-mismatch", dec.allow_weights_mismatch, "Decode tokens made with other weights (warns)");
   d->add_option("--batch", dec.batch,
-                "Decode N token files at once, each in its own stream slot of one batched plan (all with the same "
-                "codebooks: --n-q or the first file's); every file's audio is exactly what it gets alone")
+                "Decode N token files at once, each in its own stream slot of a batched plan (--n-q for all, "
+                "else each file with all its codebooks: one pass per count); every file's audio is exactly what it "
+                "gets alone")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
   d->add_flag("--stream", dec.stream,
