@@ -93,7 +93,9 @@ std::string decode_manifest_text(const std::string& raw, const std::string& what
     throw Error(ErrorKind::Input, what + ": UTF-32 text is not supported; save the manifest as UTF-8");
   // an audio file given where a manifest goes: its bytes would be read as a list of paths
   // (each magic with what follows it in the format, so no text line starting the same is taken)
-  const auto starts = [&](const char* m, size_t at_ = 0) { return raw.compare(at_, std::strlen(m), m) == 0; };
+  const auto starts = [&](const char* m, size_t at_ = 0) {
+    return raw.size() >= at_ + std::strlen(m) && raw.compare(at_, std::strlen(m), m) == 0;
+  };
   if (((starts("RIFF") || starts("RF64")) && starts("WAVE", 8)) || (starts("FORM") && (starts("AIFF", 8) || starts("AIFC", 8))) ||
       (starts("OggS") && at(4) == 0) || (starts("fLaC") && (at(4) & 0x7F) == 0) || (starts("ID3") && at(3) <= 5))
     throw Error(ErrorKind::Usage, what + ": is an audio file, not a manifest: dataset plan takes folders, JSON Lines, "
