@@ -9,7 +9,6 @@
 #include "app/file_io.h"
 
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 

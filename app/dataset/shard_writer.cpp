@@ -270,24 +270,12 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset, const
   // would leave a shard that status calls done and the worker skips, and that verify fails
   // forever. Their line counts against the record's ok and errors (cheap: one line per item).
   for (const auto& [file, count] : {std::pair{&p.index, &facts.ok}, std::pair{&p.errors, &facts.errors}}) {
-    const int fd = ::open(file->c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (is_environment_errno(errno)) throw sys_error(errno, ErrorKind::Environment, *file, "cannot open");
+    if (!fs::exists(*file, ec)) {
+      if (ec && is_environment_errno(ec.value())) throw sys_error(ec.value(), ErrorKind::Environment, *file, "cannot stat");
       return invalid("its " + *file + " is missing: not taken as done");
     }
-    int64_t lines = 0;
-    char buf[1 << 16];
-    for (ssize_t k; (k = ::read(fd, buf, sizeof buf)) != 0;) {
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0) {
-        const int err = errno;
-        ::close(fd);
-        throw sys_error(err, ErrorKind::Input, *file, "read failed");
-      }
-      lines += std::count(buf, buf + k, '\n');
-    }
-    ::close(fd);
-    *count = lines;
+    const std::vector<uint8_t> text = read_input(*file);  // (errno judged there)
+    *count = int64_t(std::count(text.begin(), text.end(), uint8_t('\n')));
   }
   const std::vector<std::string> problems = done_problems(d, facts);
   if (problems.empty()) return d;
