@@ -77,7 +77,10 @@ void ReadAhead::fetch() {
   std::unique_lock lk(mu_);
   in_flight_ = false;
   if (error) {
-    error_ = error;
+    // moved, not copied: this thread drops its last reference under the lock, so the reader that
+    // rethrows it never races this thread's release (ThreadSanitizer cannot see libstdc++'s
+    // atomic reference counts: it reported the worker's release as racing the reader's what())
+    error_ = std::move(error);
   } else {
     ready_ += int64_t(block.size());
     if (!block.empty()) blocks_.push_back(std::move(block));

@@ -16,6 +16,7 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   check_slots(slots);
+  check_placement(m, kernels);
   const int64_t B = slots, T25 = max_frames * c.downsample_stride(), T = max_frames * frame_size_;
   split_ = seanet_split(m);
   ScratchSizer body, tail;

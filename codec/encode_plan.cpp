@@ -15,6 +15,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   const Config& c = m.cfg;
   check_frames_nq(c, max_frames, n_q);
   check_slots(slots);
+  check_placement(m, kernels);
   const int64_t B = slots, T = max_frames * frame_size_, T25 = max_frames * c.downsample_stride();
   split_ = seanet_split(m);
   ScratchSizer head, body;

@@ -6,12 +6,10 @@
 
 namespace mimi {
 
-namespace {
-
-// A copy of the model whose tensors live in the kernels' memory, uploaded once.
-std::shared_ptr<const Model> place(const std::shared_ptr<const Model>& host, const Kernels& k) {
-  if (k.host_memory) return host;
+std::shared_ptr<const Model> place_model(const std::shared_ptr<const Model>& host, const Kernels& k) {
+  if (k.host_memory || host->in_device_memory) return host;
   auto dev = std::make_shared<Model>(*host);
+  dev->in_device_memory = true;
   for_each_tensor(*dev, [&](Tensor& t) {
     if (t.empty()) return;
     std::shared_ptr<float> mem(k.alloc(size_t(t.size())), k.release);
@@ -22,14 +20,12 @@ std::shared_ptr<const Model> place(const std::shared_ptr<const Model>& host, con
   return dev;
 }
 
-}  // namespace
-
 Engine::Engine(std::shared_ptr<const Model> model, EngineOptions opts)
     : model_(std::move(model)),
       opts_(opts),
       // fails now, not at the first call, if the device is missing
       kernels_(opts.kernels ? opts.kernels : &kernels_for(opts.device)),
-      placed_(place(model_, *kernels_)),
+      placed_(place_model(model_, *kernels_)),
       enc_cache_(opts.plan_cache_capacity),
       dec_cache_(opts.plan_cache_capacity) {
   if (opts_.threads > 0) cpu::set_num_threads(opts_.threads);

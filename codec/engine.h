@@ -55,6 +55,10 @@ class EncoderSession {
   EncodePlan* plan_ = nullptr;              // owned by the engine's cache; kept for the session
 };
 
+// A copy of `host` whose tensors live in the memory of kernels `k`, uploaded once (the model itself
+// where `k` computes in host memory). Plans over device kernels need it (plan.h).
+std::shared_ptr<const Model> place_model(const std::shared_ptr<const Model>& host, const Kernels& k);
+
 class Engine {
  public:
   Engine(std::shared_ptr<const Model> model, EngineOptions opts = {});

@@ -72,6 +72,10 @@ struct Model {
   // Whether the tensors of each direction were kept at load (weights.h Parts); a direction not
   // kept has empty tensors (shapes set, data == nullptr) and must not be run.
   bool has_encoder = true, has_decoder = true;
+  // Whether the tensors live in a device's memory (place_model, engine.h), not the host's. A plan
+  // checks it against its kernels: device kernels handed host pointers read out of bounds on a
+  // GPU, while the emulated GPU (host memory underneath) would not notice.
+  bool in_device_memory = false;
 
   Conv enc_in;
   std::vector<EncoderStage> enc;

@@ -302,6 +302,13 @@ void check_slots(int slots) {
   if (slots < 1 || slots > 4096) throw Error(ErrorKind::Usage, "a plan needs 1..4096 slots, got " + std::to_string(slots));
 }
 
+void check_placement(const Model& m, const Kernels& k) {
+  if (m.in_device_memory == k.host_memory)
+    throw Error(ErrorKind::Internal, k.host_memory ? "a plan on host kernels over a model in device memory"
+                                                   : "a plan on device kernels over a model in host memory "
+                                                     "(place_model, codec/engine.h, uploads it)");
+}
+
 void check_frames_nq(const Config& c, int64_t frames, int n_q) {
   if (frames < 1) throw Error(ErrorKind::Usage, "a plan needs at least one frame, got " + std::to_string(frames));
   if (n_q < 1 || n_q > c.n_q)

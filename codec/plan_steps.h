@@ -22,6 +22,8 @@ void set_shape(Buffer& b, Shape s);
 
 void check_frames_nq(const Config& c, int64_t frames, int n_q);
 void check_slots(int slots);
+// The model's tensors must live where the kernels compute (Model::in_device_memory).
+void check_placement(const Model& m, const Kernels& k);
 
 // Stream state allocation: a conv's context [Cin, P] (nothing when P = 0), a transposed conv's
 // overlap, a transformer's key/value windows.

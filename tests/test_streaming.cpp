@@ -63,7 +63,8 @@ void check_close(const std::string& what, const std::vector<float>& got, const f
 void golden_streaming(const std::string& config, const std::string& case_name,
                       std::initializer_list<int64_t> chunks = {1, 2, 3, 7, 50},
                       const Kernels& k = kernels_for(Device{})) {
-  auto model = reference_model(config, Dialect::Moshi);
+  // uploaded for device kernels, as the engine does (a plan refuses host tensors there)
+  const auto model = place_model(reference_model(config, Dialect::Moshi), k);
   const SafetensorsFile g = SafetensorsFile::open(data_dir() + "/" + config + "/cases/" + case_name + ".safetensors");
   const Tensor input = g.to_f32("input"), latent = g.to_f32("latent"), output = g.to_f32("output"),
                margin = g.to_f32("code_margin");
@@ -171,4 +172,19 @@ TEST_CASE("streaming gpu: captured steps replay exactly (tiny-window, chunks of 
     CHECK(without.graph_stats().captured + without.graph_stats().replayed == 0);
     CHECK(without.graph_stats().uncaptured > 0);
   }
+}
+
+// A plan computes where its kernels do: device kernels handed a model in host memory read host
+// pointers on the device (out of bounds on a GPU; unseen under the emulated GPU), so plans refuse it.
+TEST_CASE("streaming: a plan refuses a model that is not in its kernels' memory") {
+  const auto model = reference_model("tiny", Dialect::Moshi);
+  const Kernels& device_path = cpu_as_device();
+  CHECK_THROWS_AS(EncodePlan(*model, device_path, 2, 8), Error);
+  CHECK_THROWS_AS(DecodePlan(*model, device_path, 2, 8), Error);
+  const auto placed = place_model(model, device_path);
+  CHECK(placed->in_device_memory);
+  CHECK_NOTHROW(EncodePlan(*placed, device_path, 2, 8));
+  CHECK_NOTHROW(DecodePlan(*placed, device_path, 2, 8));
+  CHECK_THROWS_AS(EncodePlan(*placed, kernels_for(Device{}), 2, 8), Error);  // and the other way round
+  CHECK(place_model(model, kernels_for(Device{})) == model);                 // host kernels: the model itself
 }
