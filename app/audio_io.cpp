@@ -491,13 +491,14 @@ struct AudioWriter::Impl {
   SF_VIRTUAL_IO io{fd_len, fd_seek, fd_read, fd_write, fd_tell};
   SNDFILE* f = nullptr;
   int64_t written = 0, wav_limit = INT64_MAX;
+  uint64_t header = 0;  // bytes written before libsndfile's (the stream header)
 };
 
 AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bool force, int64_t expected_samples,
-                         int64_t max_samples)
+                         int64_t max_samples, bool headerless)
     : impl_(new Impl) {
   std::unique_ptr<Impl> guard(impl_);
-  const AudioContainer container = path == "-" ? AudioContainer::Wav : container_for(path);
+  const AudioContainer container = path == "-" || headerless ? AudioContainer::Wav : container_for(path);
   int sub = fmt == SampleFormat::S16 ? SF_FORMAT_PCM_16 : fmt == SampleFormat::S24 ? SF_FORMAT_PCM_24 : SF_FORMAT_FLOAT;
   // Plain WAV (PCM tag, what every reader takes) unless the output may pass the 4 GiB that RIFF
   // sizes can count: then RF64. An output of unknown size that outgrows WAV fails in write().
@@ -515,11 +516,15 @@ AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bo
   impl_->out = std::make_unique<OutputFile>(path, force);
   impl_->sink.out = impl_->out.get();
   const bool stream = !impl_->out->seekable();
-  if (stream) {
+  if (headerless) {
+    major = SF_FORMAT_RAW;  // libsndfile's conversion and clipping, no header at all
+    impl_->wav_limit = INT64_MAX;
+  } else if (stream) {
     if (container != AudioContainer::Wav)
       throw Error(ErrorKind::Usage, path + ": FLAC and OGG need a regular output file; write WAV to pipes and devices");
     const std::vector<uint8_t> h = wav_stream_header(rate, fmt, expected_samples);
     impl_->out->write(h.data(), h.size());
+    impl_->header = h.size();
     major = SF_FORMAT_RAW;  // libsndfile converts and clips the samples; the header is ours
     impl_->wav_limit = INT64_MAX;  // past 4 GiB the header says "unknown length", still valid
   }
@@ -553,7 +558,7 @@ uint64_t AudioWriter::finish() {
   impl_->f = nullptr;
   if (rc != 0) impl_->out->fail(EIO);
   impl_->out->commit();  // fails with any write error recorded on the way
-  return uint64_t(impl_->sink.len) + (impl_->out->seekable() ? 0 : 44);
+  return uint64_t(impl_->sink.len) + impl_->header;
 }
 
 }  // namespace mimi::app

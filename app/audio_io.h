@@ -84,8 +84,9 @@ std::vector<uint8_t> wav_stream_header(int rate, SampleFormat fmt, int64_t sampl
 // the final flush of FLAC/OGG, fails with Error(Output).
 class AudioWriter {
  public:
+  // headerless: the samples alone (`decode --stream --raw-format`), converted as in the containers
   AudioWriter(const std::string& path, int sample_rate, SampleFormat fmt, bool force, int64_t expected_samples = -1,
-              int64_t max_samples = -1);
+              int64_t max_samples = -1, bool headerless = false);
   ~AudioWriter();
   AudioWriter(const AudioWriter&) = delete;
   AudioWriter& operator=(const AudioWriter&) = delete;

@@ -201,12 +201,12 @@ int App::encode(const EncodeOptions& o) {
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format describes a --stream input; add --stream (files carry their own header)");
   if (o.stream) {
+    // (the options --stream does not honour are refused by the command line: main.cpp stream_honours)
     if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
-    if (o.split_channels) throw Error(ErrorKind::Usage, "--stream cannot --split-channels (it downmixes)");
-    if (o.batch > 1) throw Error(ErrorKind::Usage, "--stream encodes one live input; --batch is for files");
     StreamEncodeOptions so;
     so.input = o.inputs[0];
-    so.format = o.format.empty() ? "mimi" : (o.format == "txt" ? "text" : o.format);
+    // the token format as the file modes choose it: --format, else the output's extension
+    so.format = format_name(token_format_for(o.format, o.out));
     so.out = output_path(so.input, o.out, so.format == "text" ? ".txt" : ".mimi");
     so.raw = RawFormat{o.raw_format, o.raw_rate, o.raw_channels};
     so.n_q = o.n_q;
@@ -295,14 +295,19 @@ int App::decode(const DecodeOptions& o) {
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format is for --stream output; add --stream (files get a WAV/FLAC/OGG header)");
   if (o.stream) {
+    // (the options --stream does not honour are refused by the command line: main.cpp stream_honours)
     if (o.inputs.size() != 1) throw Error(ErrorKind::Usage, "--stream takes one input");
-    if (o.batch > 1) throw Error(ErrorKind::Usage, "--stream decodes one live input; --batch is for files");
     StreamDecodeOptions so;
     so.input = o.inputs[0];
     so.out = output_path(so.input, o.out, ".wav");
     so.raw_sample = o.raw_format;
-    if (o.sample_format == "s24") throw Error(ErrorKind::Usage, "--stream writes s16 or f32");
-    so.sample_format = o.sample_format;
+    // headerless PCM under an audio container's name would mislead whatever opens it
+    if (!o.raw_format.empty() && so.out != "-" && looks_like_audio_name(fs::path(so.out).extension().string()))
+      throw Error(ErrorKind::Usage, so.out + ": --raw-format writes headerless PCM, not what this name says; name it .raw or "
+                                             "drop --raw-format");
+    so.sample_format = sf;
+    so.sample_rate = o.sample_rate;
+    so.recover = o.recover;
     so.n_q = o.n_q;
     so.force = common_.force;
     so.allow_weights_mismatch = o.allow_weights_mismatch;

@@ -106,10 +106,14 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
 }
 
 int output_rate(const Config& c, const TokenFile& t, const std::string& flag, const std::string& what) {
+  return output_rate(c, t.meta.source_sample_rate, flag, what);
+}
+
+int output_rate(const Config& c, std::optional<int> source_rate, const std::string& flag, const std::string& what) {
   if (flag.empty()) return c.sample_rate;
   if (flag == "source") {
-    if (!t.meta.source_sample_rate) throw Error(ErrorKind::Input, what + ": the token file does not record the source rate");
-    const int src = *t.meta.source_sample_rate;
+    if (!source_rate) throw Error(ErrorKind::Input, what + ": the tokens do not record the source rate");
+    const int src = *source_rate;
     if (src < kMinSampleRate || src > kMaxSampleRate)
       throw Error(ErrorKind::Input, what + ": recorded source rate " + std::to_string(src) + " Hz is not a rate to write");
     return src;

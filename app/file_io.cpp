@@ -1,4 +1,5 @@
 #include "app/file_io.h"
+#include "codec/open_file.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -147,35 +148,7 @@ OutputClaims& output_claims() {
 
 // ---- input
 
-int open_input(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // no wait for a FIFO's writer
-  if (fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
-  struct stat st{};
-  if (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
-    for (bool told = false;;) {  // until a writer sends data or closes (POLLIN or POLLHUP)
-      pollfd p{fd, POLLIN, 0};
-      const int r = ::poll(&p, 1, told ? -1 : 2000);
-      if (r > 0) break;
-      if (r == 0) {
-        spdlog::warn("{}: a FIFO (or pipe) with no data after 2 s: waiting for its writer; nothing after it runs "
-                     "until then (Ctrl-C stops)",
-                     path);
-        told = true;
-      } else if (errno != EINTR) {
-        const int e = errno;
-        ::close(fd);
-        throw sys_error(e, ErrorKind::Input, path, "cannot wait for");
-      }
-    }
-  }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throw sys_error(e, ErrorKind::Input, path, "cannot open");
-  }
-  return fd;
-}
+int open_input(const std::string& path) { return open_for_reading(path, ErrorKind::Input); }
 
 std::vector<uint8_t> read_input(const std::string& path, const PrefixCheck& check) {
   const bool in = path == "-";

@@ -20,6 +20,7 @@
 #include "app/commands.h"
 #include "app/dataset/dataset.h"
 #include "app/threads_env.h"
+#include "codec/open_file.h"
 #include "app/file_io.h"
 #include "app/json_bytes.h"
 #include "codec/error.h"
@@ -208,6 +209,21 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
   sub->add_flag("--no-trim", d.no_trim, "Keep the padding of the last frame instead of trimming to the original length");
 }
 
+// --stream runs another engine (app/stream.cpp) than the file modes, and it honours only the
+// options named here: every other option of the command given with --stream is refused by name
+// (CLI11's excludes, exit 2), so an option added to a command later is refused in the stream mode
+// until that mode honours it, never silently ignored there.
+void stream_honours(CLI::App* sub, CLI::Option* stream, std::initializer_list<const char*> honoured) {
+  for (CLI::Option* opt : sub->get_options()) {
+    if (opt == stream || opt->check_name("--help")) continue;
+    bool ok = false;
+    for (const char* name : honoured) ok = ok || opt->check_name(name);
+    if (!ok) opt->excludes(stream);
+  }
+}
+// the options of add_common, which every mode honours
+#define MIMI_COMMON_OPTIONS "--weights", "--config", "--device", "--threads", "--json", "--quiet", "--verbose", "--force"
+
 }  // namespace
 
 int run_main(int argc, char** argv);
@@ -231,6 +247,12 @@ int run_main(int argc, char** argv) {
     f->add_flag<PrintableMessage>('*').set_pattern("mimi: %^%l%$: %*");
     spdlog::set_formatter(std::move(f));
   }
+  // every file read by name (weights and configs in codec/ too) announces a FIFO with no writer
+  mimi::set_wait_notice([](const std::string& path) {
+    spdlog::warn("{}: a FIFO (or pipe) with no data after 2 s: waiting for its writer; nothing after it runs until "
+                 "then (Ctrl-C stops)",
+                 path);
+  });
 
   CLI::App app{"mimi " MIMI_VERSION ": Kyutai's Mimi neural audio codec (24 kHz mono audio <-> 12.5 Hz tokens).\n"
                "Data goes to stdout or files, status to stderr.",
@@ -264,9 +286,10 @@ int run_main(int argc, char** argv) {
                 "compute (0: read between steps)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
-  e->add_flag("--stream", enc.stream,
+  CLI::Option* enc_stream = e->add_flag("--stream", enc.stream,
               "Real-time pipe mode: read PCM as it arrives (WAV, or raw with --raw-format) and write each "
-              "frame's codes (.mimi chunk or text line) as soon as it is complete");
+              "frame's codes (.mimi chunk or text line) as soon as it is complete; "
+              "honours -o, --n-q, --format (mimi, text) and --raw-*, refuses the rest");
   CLI::Option* raw_format =
       e->add_option("--raw-format", enc.raw_format, "Headerless input PCM for --stream: s16le, s24le, s32le, f32le")
           ->check(CLI::IsMember({"s16le", "s24le", "s32le", "f32le"}));
@@ -280,6 +303,8 @@ int run_main(int argc, char** argv) {
       ->check(CLI::Range(1, kMaxChannels))
       ->needs(raw_format);
   add_common(e, common);
+  stream_honours(e, enc_stream, {"inputs", "--output", "--n-q", "--format", "--raw-format", "--raw-rate", "--raw-channels",
+                                 MIMI_COMMON_OPTIONS});
   e->footer("Input is downmixed to mono (channel average) and resampled to 24 kHz with soxr (very high quality);\n"
             "24 kHz input passes through untouched.");
 
@@ -295,13 +320,19 @@ int run_main(int argc, char** argv) {
                 "gets alone")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  d->add_flag("--stream", dec.stream,
-              "Real-time pipe mode: decode a .mimi or text token stream frame by frame as it arrives "
-              "(WAV with an open-ended header, or raw with --raw-format; whole frames, no trimming)");
-  d->add_option("--raw-format", dec.raw_format, "Headerless output PCM for --stream: s16le or f32le")
-      ->check(CLI::IsMember({"s16le", "f32le"}));
+  CLI::Option* dec_stream =
+      d->add_flag("--stream", dec.stream,
+                  "Real-time pipe mode: decode a .mimi or text token stream frame by frame as it arrives "
+                  "(WAV with an open-ended header on pipes, or raw with --raw-format; whole frames, no trimming); "
+                  "honours -o, --n-q, --sample-format, --sample-rate, --recover, --allow-weights-mismatch");
+  CLI::Option* dec_raw = d->add_option("--raw-format", dec.raw_format,
+                                       "Headerless output PCM for --stream: s16le or f32le (instead of --sample-format)")
+                             ->check(CLI::IsMember({"s16le", "f32le"}));
   add_decode_outputs(d, dec);
+  dec_raw->excludes(d->get_option("--sample-format"));  // the raw format names the samples: one of the two
   add_common(d, common);
+  stream_honours(d, dec_stream, {"inputs", "--output", "--n-q", "--recover", "--allow-weights-mismatch", "--raw-format",
+                                 "--sample-format", "--sample-rate", "--no-trim", MIMI_COMMON_OPTIONS});
 
   CLI::App* r = app.add_subcommand("roundtrip", "Audio -> tokens -> audio (hear what the codec keeps)");
   r->add_option("inputs", rt.inputs, "Audio files; - for stdin")->required();

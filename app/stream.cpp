@@ -1,5 +1,8 @@
 #include "app/stream.h"
 
+#include <memory>
+#include <optional>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,6 +17,7 @@
 #include <cmath>
 
 #include "app/audio_io.h"
+#include "app/decode_output.h"
 #include "app/file_io.h"
 #include "app/mimi_container.h"
 #include "app/pcm_stream.h"
@@ -65,7 +69,8 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
   const Config& c = engine.config();
   const int64_t fs = c.frame_size();
   if (o.format != "mimi" && o.format != "text")
-    throw Error(ErrorKind::Usage, "--stream writes .mimi or text tokens (--format mimi|text)");
+    throw Error(ErrorKind::Usage, "--stream writes .mimi or text tokens (" + o.format +
+                                      " holds the whole array, written once it is known: encode without --stream)");
   const std::string what = o.input == "-" ? "stdin" : o.input;
   InputFd in{open_in(o.input)};
   PcmReader reader(in.fd, what);
@@ -161,6 +166,7 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
   if (got == 0) throw Error(ErrorKind::Input, what + ": empty token stream");
   const bool mimi = got == 12 && std::memcmp(pre, kMimiMagic, 4) == 0;
   int n_q_file = 0, bits = 0;
+  std::optional<int> source_rate;  // as the .mimi header records it (--sample-rate source)
   std::string text_buf;
   if (mimi) {
     if (pre[4] != kMimiVersion) throw Error(ErrorKind::Input, what + ": unsupported .mimi version " + std::to_string(pre[4]));
@@ -172,6 +178,8 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
     const MimiHeader mh = parse_mimi_header(h.data(), L, what);
     n_q_file = mh.n_q;
     bits = mh.bits;
+    if (const auto sr = mh.json.find("source_sample_rate"); sr != mh.json.end() && sr->is_number_integer())
+      source_rate = sr->get<int>();
     if (mh.codebook_size != c.bins)
       throw Error(ErrorKind::Input, what + ": codebook size " + std::to_string(mh.codebook_size) + " does not match the model's " +
                                         std::to_string(c.bins));
@@ -194,19 +202,23 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
       throw Error(ErrorKind::Input, what + ": not a token stream (.mimi or text lines of codes)");
     text_buf.assign(reinterpret_cast<char*>(pre), got);
   }
-  OutputFile out(o.out, o.force);  // opened once the input is known to be tokens
-  const bool f32 = o.sample_format == "f32" || o.raw_sample == "f32le";
-  const int bytes_per = f32 ? 4 : 2;
-  const bool wav = o.raw_sample.empty();
-  const SampleFormat sf = f32 ? SampleFormat::F32 : SampleFormat::S16;
-  if (wav) {  // sizes unknown until the end: a regular output file gets the real ones then
-    const std::vector<uint8_t> h = wav_stream_header(c.sample_rate, sf, -1);
-    out.write(h.data(), h.size());
-  }
+  const int rate = output_rate(c, source_rate, o.sample_rate, what);
+  // opened once the input is known to be tokens: audio in the container the output's name says,
+  // through the file modes' writer (on a pipe a WAV whose header says "unknown length"), or the
+  // samples alone (--raw-format), converted alike
+  const bool raw = !o.raw_sample.empty();
+  const SampleFormat sf = !raw ? o.sample_format : o.raw_sample == "f32le" ? SampleFormat::F32 : SampleFormat::S16;
+  AudioWriter out(o.out, rate, sf, o.force, -1, -1, raw);
+  StreamResampler rs(c.sample_rate, rate);  // passes the samples through at the model's rate
+  std::vector<float> resampled;
+  auto write = [&](const float* y, int64_t n) {  // n more model-rate samples, or nullptr: the end
+    resampled.clear();
+    rs.process(y, size_t(n), resampled);
+    out.write(resampled.data(), int64_t(resampled.size()));
+  };
   StreamStats st;
   DecodePlan* plan = nullptr;
   int n_q = 0;
-  std::vector<uint8_t> pcm_bytes;
   std::vector<int32_t> col;
   auto emit = [&](const int32_t* frame, int rows) {  // one frame, n_q codes
     if (!plan) {
@@ -227,46 +239,50 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
     const double dt = now() - t0;
     st.compute_s += dt;
     st.max_frame_s = std::max(st.max_frame_s, dt);
-    const float* y = plan->output().ptr();
-    pcm_bytes.resize(size_t(fs) * size_t(bytes_per));
-    for (int64_t i = 0; i < fs; ++i) {
-      if (f32) {
-        std::memcpy(pcm_bytes.data() + 4 * i, y + i, 4);
-      } else {
-        const float v = std::max(-1.0f, std::min(1.0f, y[i]));
-        const int16_t s = int16_t(std::lrint(v * 32767.0f));
-        std::memcpy(pcm_bytes.data() + 2 * i, &s, 2);
-      }
-    }
-    out.write(pcm_bytes.data(), pcm_bytes.size());
+    write(plan->output().ptr(), fs);
     ++st.frames;
     st.samples += fs;
   };
   if (mimi) {
     std::vector<uint8_t> body;
     std::vector<int32_t> codes;
+    std::string damage;  // what ended the stream early: an error, or with --recover a warning
     for (;;) {
       uint8_t tag[8];
       const size_t t = read_some(in.fd, tag, 4, true, what);
-      if (t < 4) throw Error(ErrorKind::Input, what + ": stream ended without its end record (truncated) after " +
-                                                   std::to_string(st.frames) + " frames");
+      if (t < 4) {
+        damage = "stream ended without its end record (truncated) after " + std::to_string(st.frames) + " frames";
+        break;
+      }
       if (std::memcmp(tag, "END!", 4) == 0) break;
-      if (std::memcmp(tag, "FRMS", 4) != 0 || read_some(in.fd, tag + 4, 4, true, what) != 4)
-        throw Error(ErrorKind::Input, what + ": damaged stream after " + std::to_string(st.frames) + " frames");
+      if (std::memcmp(tag, "FRMS", 4) != 0 || read_some(in.fd, tag + 4, 4, true, what) != 4) {
+        damage = "damaged stream after " + std::to_string(st.frames) + " frames";
+        break;
+      }
       const uint32_t nf = le32(tag + 4);
-      if (nf == 0 || nf > kMimiMaxChunkFrames)
-        throw Error(ErrorKind::Input, what + ": chunk claims " + std::to_string(nf) + " frames after " +
-                                          std::to_string(st.frames) + " frames (damaged stream)");
+      if (nf == 0 || nf > kMimiMaxChunkFrames) {
+        damage = "chunk claims " + std::to_string(nf) + " frames after " + std::to_string(st.frames) +
+                 " frames (damaged stream)";
+        break;
+      }
       const size_t payload = size_t((uint64_t(nf) * uint64_t(n_q_file) * uint64_t(bits) + 7) / 8);
       body.resize(4 + payload + 4);
       std::memcpy(body.data(), tag + 4, 4);
-      if (read_some(in.fd, body.data() + 4, payload + 4, true, what) != payload + 4)
-        throw Error(ErrorKind::Input, what + ": truncated chunk after " + std::to_string(st.frames) + " frames");
-      if (crc32(body.data(), 4 + payload) != le32(body.data() + 4 + payload))
-        throw Error(ErrorKind::Input, what + ": chunk CRC mismatch after " + std::to_string(st.frames) + " frames");
+      if (read_some(in.fd, body.data() + 4, payload + 4, true, what) != payload + 4) {
+        damage = "truncated chunk after " + std::to_string(st.frames) + " frames";
+        break;
+      }
+      if (crc32(body.data(), 4 + payload) != le32(body.data() + 4 + payload)) {
+        damage = "chunk CRC mismatch after " + std::to_string(st.frames) + " frames";
+        break;
+      }
       codes.resize(size_t(nf) * size_t(n_q_file));  // frame-major
       unpack_codes(body.data() + 4, codes.size(), bits, codes.data());
       for (uint32_t f = 0; f < nf; ++f) emit(codes.data() + size_t(f) * size_t(n_q_file), n_q_file);
+    }
+    if (!damage.empty()) {
+      if (!o.recover || st.frames == 0) throw Error(ErrorKind::Input, what + ": " + damage);
+      spdlog::warn("{}: {}; --recover: kept the {} frames before it", what, damage, st.frames);
     }
   } else {
     std::vector<int32_t> frame;
@@ -303,11 +319,8 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
     }
   }
   if (st.frames == 0) throw Error(ErrorKind::Input, what + ": no frames in the token stream");
-  if (wav && out.seekable()) {  // a file: the real sizes
-    const std::vector<uint8_t> h = wav_stream_header(c.sample_rate, sf, st.samples);
-    if (::pwrite(out.fd(), h.data(), h.size(), 0) != ssize_t(h.size())) out.fail(errno);
-  }
-  out.commit();
+  write(nullptr, 0);  // the resampler's tail
+  out.finish();
   return st;
 }
 

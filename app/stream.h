@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "app/audio_io.h"
 #include "codec/engine.h"
 
 namespace mimi::app {
@@ -24,11 +25,15 @@ struct StreamEncodeOptions {
 
 struct StreamDecodeOptions {
   std::string input = "-", out = "-";
-  std::string raw_sample;  // "" = WAV (header with unknown length on pipes); else s16le / f32le
-  std::string sample_format = "s16";
+  // "" = audio in the container the output's name says (WAV on pipes, its header's sizes
+  // "unknown"), as `mimi decode` writes it; else headerless s16le / f32le PCM
+  std::string raw_sample;
+  SampleFormat sample_format = SampleFormat::S16;  // of the container (raw: raw_sample's)
+  std::string sample_rate;  // as decode's --sample-rate: "" = the model's, HZ, or "source"
   int n_q = -1;
   bool force = false;
   bool allow_weights_mismatch = false;
+  bool recover = false;  // a damaged .mimi stream: keep the frames before the damage, exit 0 with a warning
 };
 
 struct StreamStats {

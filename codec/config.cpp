@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/error.h"
+#include "codec/open_file.h"
 
 namespace mimi {
 namespace {
@@ -200,8 +201,7 @@ std::string Config::read_file(const std::string& path) {
     std::lock_guard<std::mutex> lock(stream_configs_mutex);
     if (auto it = stream_configs.find({st.st_dev, st.st_ino}); it != stream_configs.end()) return it->second.text;
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw sys_error(errno, ErrorKind::Weights, path, "cannot open the config");
+  const int fd = open_for_reading(path, ErrorKind::Weights, "cannot open the config");
   std::string text;
   char buf[1 << 16];
   // To the end, whatever st_size says (0 for a pipe), and never more than kMax.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codec/error.h"
+#include "codec/open_file.h"
 
 namespace mimi {
 namespace {
@@ -237,8 +238,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   auto of = std::make_shared<OpenFile>();
-  of->fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (of->fd < 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
+  of->fd = open_for_reading(path, ErrorKind::Input);
   if (fstat(of->fd, &of->st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot stat");
   if (S_ISDIR(of->st.st_mode)) fail(path, "is a directory, not a safetensors file");
   if (!S_ISREG(of->st.st_mode)) return read_stream(of->fd, path);  // a pipe, FIFO, device

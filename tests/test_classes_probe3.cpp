@@ -7,6 +7,8 @@
 //   - `info` over several files is one JSON document
 //   - a float sample beyond the accepted range is named as such, with the limit
 #include <doctest/doctest.h>
+
+#include <algorithm>
 #include <sndfile.h>
 #include <sys/stat.h>
 
@@ -48,8 +50,11 @@ std::vector<std::pair<std::string, std::string>> value_options(const Sandbox& bo
     const size_t dd = l.find("--");
     if (dd == std::string::npos || l.find_first_not_of(" -,abcdefghijklmnopqrstuvwxyz") < dd) continue;
     const size_t sp = l.find(' ', dd);
-    if (sp == std::string::npos || l.size() <= sp + 1 || !std::isupper(static_cast<unsigned char>(l[sp + 1]))) continue;
-    out.emplace_back(l.substr(dd, sp - dd), l.substr(sp + 1, l.find_first_of(" :", sp + 1) - sp - 1));
+    if (sp == std::string::npos || l.size() <= sp + 1) continue;
+    // the value's type (TEXT, INT, ...): all capitals; a flag's "Excludes: --stream" is no type
+    const std::string type = l.substr(sp + 1, l.find_first_of(" :=", sp + 1) - sp - 1);
+    if (type.empty() || !std::all_of(type.begin(), type.end(), [](char ch) { return ch >= 'A' && ch <= 'Z'; })) continue;
+    out.emplace_back(l.substr(dd, sp - dd), type);
   }
   return out;
 }

@@ -120,29 +120,50 @@ void read_jsonl(const std::string& path, const std::string& base_dir, const std:
   const fs::path base(base_dir);
   each_line(path, text, problems, false, [&](const std::string& t, const std::string& where, size_t line) {
     json j;
+    std::string twice;  // a member named twice: JSON parsers keep one of the two silently
     try {
-      j = json::parse(t);
+      std::set<std::string> names;
+      j = json::parse(t, [&](int depth, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second &&
+            twice.empty())
+          twice = parsed.get<std::string>();
+        return true;
+      });
     } catch (const std::exception& e) {
       throw Error(ErrorKind::Input, where + ": not a JSON object: " + e.what());
     }
     if (!j.is_object()) throw Error(ErrorKind::Input, where + ": not a JSON object");
-    // "path" (or NeMo's "audio_filepath"); a name that is not UTF-8 as "path_hex" (json_bytes.h)
-    const char* field = j.contains("path") || j.contains("path_hex") ? "path"
-                        : j.contains("audio_filepath") || j.contains("audio_filepath_hex") ? "audio_filepath"
-                                                                                             : nullptr;
+    if (!twice.empty()) throw Error(ErrorKind::Input, where + ": '" + printable(twice) + "' is given twice");
+    // Two names for one field (ours and NeMo's: "path"/"audio_filepath", "start"/"offset"), and
+    // "end" beside "duration": any may be given, several only when they say the same. What they
+    // say differently is refused, never settled by which name is looked up first.
+    const char* field = nullptr;  // "path" (or NeMo's "audio_filepath"); a non-UTF-8 name as "path_hex" (json_bytes.h)
     std::string p;
-    try {
-      if (field) p = get_path(j, field);
-    } catch (const std::exception&) {
-      field = nullptr;
+    for (const char* name : {"path", "audio_filepath"}) {
+      if (!j.contains(name) && !j.contains(std::string(name) + "_hex")) continue;
+      std::string v;
+      try {
+        v = get_path(j, name);
+      } catch (const std::exception&) {
+        throw Error(ErrorKind::Input, where + ": '" + name + "' is not a string, or a bad '_hex' form of it");
+      }
+      if (field && v != p)
+        throw Error(ErrorKind::Input, where + ": 'path' and 'audio_filepath' name different files; give one of them");
+      if (!field) field = name, p = v;
     }
     if (!field || p.empty())
       throw Error(ErrorKind::Input, where + ": no 'path' (or 'audio_filepath') string, or a bad '_hex' form of it");
     Item it;
     it.source = source, it.line = line;
     it.path = absolute(base, p, where);
-    const char* start_key = j.contains("start") ? "start" : j.contains("offset") ? "offset" : nullptr;  // NeMo: offset
-    if (start_key) it.start = number(j[start_key], start_key, where);
+    const char* start_key = nullptr;  // NeMo: offset
+    for (const char* name : {"start", "offset"}) {
+      if (!j.contains(name)) continue;
+      const double v = number(j[name], name, where);
+      if (start_key && v != it.start)
+        throw Error(ErrorKind::Input, where + ": 'start' and 'offset' (its NeMo name) differ; give one of them");
+      if (!start_key) start_key = name, it.start = v;
+    }
     if (j.contains("end")) it.end = number(j["end"], "end", where);
     if (j.contains("duration")) it.duration = number(j["duration"], "duration", where);
     if (it.start < 0 || !std::isfinite(it.start) || (it.end >= 0 && it.end <= it.start) ||
@@ -150,6 +171,9 @@ void read_jsonl(const std::string& path, const std::string& base_dir, const std:
       throw Error(ErrorKind::Input, where + ": empty or negative start/end/duration");
     if (j.contains("end") && it.end < 0 && it.end != -1)  // -1: to the end of the file, as in Kaldi
       throw Error(ErrorKind::Input, where + ": 'end' must be after 'start', or -1 for the end of the file");
+    // end and duration both: the same span to a microsecond (a float sum's rounding is not a conflict)
+    if (it.end >= 0 && j.contains("duration") && std::fabs((it.end - it.start) - it.duration) > 1e-6)
+      throw Error(ErrorKind::Input, where + ": 'end' and 'start' + 'duration' disagree; give 'end' or 'duration'");
     if (it.end >= 0) it.duration = it.end - it.start;
     else if (start_key && it.duration > 0) it.end = it.start + it.duration;
     if (!std::isfinite(it.end) || !std::isfinite(it.duration))  // 1e308 + 1e308

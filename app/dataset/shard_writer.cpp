@@ -1,6 +1,7 @@
 #include "app/dataset/shard_writer.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <map>
 #include <sstream>
 
+#include "app/dataset/item_files.h"
 #include "app/dataset/plan.h"
 #include "codec/sha256.h"
 #include "app/dataset/tar.h"
@@ -45,6 +47,48 @@ uint64_t file_size(int fd, const std::string& what) {
   struct stat st{};
   if (::fstat(fd, &st) != 0) fail(what, "stat");
   return uint64_t(st.st_size);
+}
+
+// How many of the journal's records (from the first) the tar in `fd` bears out. A record must be
+// what the tar holds at its place: an item's two members (key.npy, key.json) with sound headers,
+// from where the previous item ended to its own `end`, the .npy holding its `frames`; an error
+// adds nothing to the tar. A journal edited or copied from elsewhere, or a tar rewritten under
+// it, is believed only up to its first record that the tar contradicts.
+size_t records_the_tar_bears_out(const std::vector<JournalEntry>& entries, int fd, const std::string& what) {
+  constexpr uint64_t kMaxItemBytes = uint64_t(256) << 20;  // far above any item (codes of hours: MBs)
+  uint64_t at = 0;
+  std::vector<uint8_t> span;
+  const std::vector<uint8_t> end_blocks = tar_end();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const JournalEntry& e = entries[i];
+    if (!e.ok) {
+      if (e.end != at) return i;
+      continue;
+    }
+    if (e.offset != at || e.end <= e.offset || (e.end - e.offset) % kTarBlock != 0 || e.end - e.offset > kMaxItemBytes)
+      return i;
+    span.resize(size_t(e.end - e.offset));
+    for (size_t got = 0; got < span.size();) {
+      const ssize_t r = ::pread(fd, span.data() + got, span.size() - got, off_t(e.offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) fail(what, "read");  // the machine's failure (EIO...), not a contradiction
+      if (r == 0) return i;           // the tar ends before the record does
+      got += size_t(r);
+    }
+    span.insert(span.end(), end_blocks.begin(), end_blocks.end());
+    try {
+      const std::vector<TarMember> m = read_tar(span, what);
+      if (m.size() != 2 || m[0].name != e.key + ".npy" || m[1].name != e.key + ".json" || m[0].header_offset != 0 ||
+          m[1].data_offset + (m[1].size + kTarBlock - 1) / kTarBlock * kTarBlock != e.end - e.offset)
+        return i;
+      if (parse_npy_int16(span.data() + m[0].data_offset, size_t(m[0].size), what).frames != e.frames) return i;
+    } catch (const Error& err) {
+      if (err.kind() != ErrorKind::Input) throw;
+      return i;
+    }
+    at = e.end;
+  }
+  return entries.size();
 }
 
 // The file's text, or "" when there is none yet (a shard's first run has no journal).
@@ -394,10 +438,23 @@ void ShardWriter::resume(const json& header) {
       fsync_dir(p_.tar);
     }
     if (fs::file_size(p_.tar, ec) == end + 2 * kTarBlock && !ec) {
-      tar_size_ = end + 2 * kTarBlock;
-      return;
+      const int fd = ::open(p_.tar.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) fail(p_.tar, "open");
+      size_t agree = 0;
+      try {
+        agree = records_the_tar_bears_out(entries_, fd, p_.tar);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      ::close(fd);
+      if (agree == entries_.size()) {
+        tar_size_ = end + 2 * kTarBlock;
+        return;
+      }
+      spdlog::warn("{}: journal record {} contradicts {}: the shard is done again", p_.journal, agree + 1, p_.tar);
     }
-    sealed_ = false;  // the tar is gone: redo the shard from the start
+    sealed_ = false;  // the tar is gone (or not the journal's): redo the shard from the start
     good = 0, end = 0, next_ = 0, errors_ = 0, begun = false;
     entries_.clear();
     line_end_.clear();
@@ -408,6 +465,15 @@ void ShardWriter::resume(const json& header) {
     good = 0, end = 0, next_ = 0, errors_ = 0, begun = false;
     entries_.clear();
     line_end_.clear();
+  }
+  if (const size_t agree = records_the_tar_bears_out(entries_, tar_fd_, p_.partial); agree < entries_.size()) {
+    spdlog::warn("{}: journal record {} contradicts {}: resuming before it", p_.journal, agree + 1, p_.partial);
+    entries_.resize(agree);
+    line_end_.resize(agree);
+    next_ = agree;
+    errors_ = size_t(std::count_if(entries_.begin(), entries_.end(), [](const JournalEntry& e) { return !e.ok; }));
+    end = agree ? entries_[agree - 1].end : 0;
+    good = agree ? line_end_[agree - 1] : header_end_;
   }
   if (::ftruncate(tar_fd_, off_t(end)) != 0) fail(p_.partial, "truncate");
   if (::lseek(tar_fd_, off_t(end), SEEK_SET) < 0) fail(p_.partial, "seek");

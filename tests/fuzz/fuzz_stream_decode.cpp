@@ -17,7 +17,7 @@ MIMI_FUZZ_TARGET {
   if (data[0] & 128) fuzz::repair_mimi_crcs(b);
   app::StreamDecodeOptions o;
   o.raw_sample = kRaw[data[0] & 3];
-  o.sample_format = data[0] & 4 ? "f32" : "s16";
+  o.sample_format = data[0] & 4 ? app::SampleFormat::F32 : app::SampleFormat::S16;
   const int n_q = (data[0] >> 3) & 7;
   o.n_q = n_q == 0 ? -1 : n_q;
   o.allow_weights_mismatch = data[0] & 64;
