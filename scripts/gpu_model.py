@@ -41,7 +41,6 @@ BLOCKS_PER_SM = 8        # resident 256-thread blocks per SM for the latency-bou
 TILE, TILE_K, MIN_SIDE, SMALL = 64, 16, 32, 16  # kernels/gpu/gemm_tile.h: kBM/kBN, kBK, kMinSide, kSmallTile
 CHUNK, SPLIT_ROWS, SPLIT_COLS = 32, 8, 8        # gemm_tile.h: kChunk, kSplitRows, kSplitCols
 THREADS = 256                                   # kernels/gpu/vendor.h kThreads
-RVQ_GEMM_FRAMES = 32                            # kernels/gpu/rvq.cu kGemmFrames
 
 
 def cyc(c):
@@ -135,14 +134,13 @@ def op_time(op):
         return max(cyc(waves * (MEM_LAT + keys * per_key)), hbm(kv)), 1, "attention"
     if k == "rvq_encode":
         Q, F, bins, n = op["Q"], op["F"], op["bins"], op["n"]
-        if F >= RVQ_GEMM_FRAMES:  # per codebook: the dot products as a GEMM, then a pick kernel
-            t = sum(gemm_time(bins, F, Q)[0] + cyc(MEM_LAT + bins * 8) for _ in range(n))
-            return t, 2 * n + 1, "rvq_gemm"
-        # per codebook: the dot products on the split-K GEMM (all SMs), then one block per frame:
-        # |r|^2 (Q dependent FMAs), bins/256 distances a thread, a tree of 8 levels, the update
+        # per codebook: the dot products as a GEMM (tiled, or split-K at few frames: all SMs), then
+        # one block per frame: |r|^2 (Q dependent FMAs), bins/256 distances a thread, a tree of 8
+        # levels, the update
         pick = MEM_LAT + Q * FMA_LAT + bins / THREADS * 12 + 8 * (BARRIER + SMEM_LAT) + MEM_LAT
-        t = sum(gemm_time(bins, F, Q)[0] + cyc(pick) for _ in range(n))
-        return t, 2 * n + 1, "rvq_splitk"
+        waves = math.ceil(F / (SMS * BLOCKS_PER_SM))
+        t = sum(gemm_time(bins, F, Q)[0] + cyc(waves * pick) for _ in range(n))
+        return t, 2 * n + 1, "rvq"
     if k == "rvq_decode":
         return max(cyc(MEM_LAT * 2), hbm(4 * op["Q"] * op["F"] * (op["n"] + 1))), 1, "rvq_decode"
     if k in ("h2d", "d2h"):

@@ -1,13 +1,12 @@
 // GPU residual vector quantization.
-// Encode, many frames (F >= kGemmFrames: a batch or an offline chunk): per codebook, the dot
-// products of every entry with every residual are one GEMM, dot [bins, F] = E [bins, Q] *
-// r [Q, F], on the tiled kernel (gemm.cu), then one thread per frame takes |r|^2, the argmin of
-// d = sqrt(max(0, |r|^2 - 2 dot + |e|^2)) (ties to the lowest index) and updates its residual.
-// The codebook is read once per GEMM tile instead of once per frame.
-// Encode, few frames (a streaming step): the same GEMM per codebook (on the split-K kernel, all
-// SMs: the old one-block-per-frame kernel streamed every codebook through one SM), then one block
-// per frame takes the argmin: each thread scans bins/256, then a tree of (distance, index) minima
-// with ties to the lower index, which is the sequential scan's answer in any order.
+// Encode: per codebook, the dot products of every entry with every residual are one GEMM,
+// dot [bins, F] = E [bins, Q] * r [Q, F] (gemm.cu: the tiled kernel, or split-K at few frames,
+// all SMs either way; the codebook is read once per GEMM tile instead of once per frame), then
+// one block per frame takes |r|^2 and the argmin of d = sqrt(max(0, |r|^2 - 2 dot + |e|^2)): each
+// thread scans bins/256, then a tree of (distance, index) minima with ties to the lower index,
+// which is the sequential scan's answer in any order; the block updates the frame's residual.
+// (One thread per frame scanning all 2048 bins, as at first for F >= 32, was a serial chain of
+// dependent loads on a few SMs: 4.3 ms of a 10 s encode's 13.6 on the H200, 2026-12-04.)
 // Both sum every dot product (the GEMM) and |r|^2 in the GPU's one order (gemm_tile.h: chunks of
 // 32 q) and pick with the same rule, so a frame's codes do not depend on F or on the path:
 // batched == alone.
@@ -23,7 +22,6 @@ namespace mimi::gpu {
 namespace {
 
 constexpr int kMaxBooks = 32;
-constexpr int64_t kGemmFrames = 32;  // from here one thread per frame picks (fewer: a block per frame)
 constexpr int kNoBin = 0x7fffffff;   // "none yet"; a frame whose every distance is NaN gets bin 0
 struct Books {  // passed by value
   const float* p[kMaxBooks];
@@ -74,24 +72,6 @@ __global__ void MIMI_BOUNDS(kThreads) rvq_pick_block_kernel(int64_t Q, int64_t F
   for (int64_t q = threadIdx.x; q < Q; q += blockDim.x) r[q * F + f] -= E[int64_t(best) * Q + q];
 }
 
-// One thread per frame f, after the GEMM of codebook E: |r|^2, the argmin over dot's column f,
-// the code, and the residual update.
-__global__ void MIMI_BOUNDS(kThreads) rvq_pick_kernel(int64_t Q, int64_t F, int64_t bins, const float* dot, const float* E, const float* ee,
-                                float* r, int32_t* codes) {
-  const int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (f >= F) return;
-  const float rr = residual_norm(Q, F, r, f);
-  float bd = INFINITY;
-  int bi = kNoBin;
-  for (int64_t b = 0; b < bins; ++b) {
-    const float d = distance(rr, dot[b * F + f], ee[b]);
-    if (better(d, int(b), bd, bi)) bd = d, bi = int(b);
-  }
-  const int best = bi == kNoBin ? 0 : bi;
-  codes[f] = best;
-  for (int64_t q = 0; q < Q; ++q) r[q * F + f] -= E[int64_t(best) * Q + q];
-}
-
 __global__ void MIMI_BOUNDS(kThreads) rvq_decode_kernel(int64_t Q, int64_t F, int64_t n, const int32_t* codes, Books books, float* y) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= Q * F) return;
@@ -111,12 +91,8 @@ void rvq_encode(int64_t Q, int64_t F, int64_t bins, int64_t n, const float* x, c
   copy2d(r, F, x, F, F, Q);
   for (int64_t j = 0; j < n; ++j) {
     gemm(bins, F, Q, codebooks[j], Q, r, F, dot, F, false);
-    if (F >= kGemmFrames)
-      MIMI_LAUNCH(rvq_pick_kernel, blocks_for(F), kThreads, 0, current_stream(), Q, F, bins, dot, codebooks[j],
-                  sq_norms[j], r, codes + j * F);
-    else
-      MIMI_LAUNCH(rvq_pick_block_kernel, unsigned(F), kThreads, 0, current_stream(), Q, F, bins, dot, codebooks[j],
-                  sq_norms[j], r, codes + j * F);
+    MIMI_LAUNCH(rvq_pick_block_kernel, unsigned(F), kThreads, 0, current_stream(), Q, F, bins, dot, codebooks[j],
+                sq_norms[j], r, codes + j * F);
     check_launch("rvq_encode (pick)");
   }
 }
