@@ -512,6 +512,10 @@ AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bo
   } else if (container == AudioContainer::Ogg) {
     major = SF_FORMAT_OGG;
     sub = SF_FORMAT_VORBIS;
+    // Vorbis is lossy and stores no sample format: s24 or f32 would be ignored, so they are refused
+    if (fmt != SampleFormat::S16)
+      throw Error(ErrorKind::Usage, "OGG Vorbis stores no sample format (it is lossy): --sample-format s24/f32 needs "
+                                    "WAV or FLAC (s24)");
   }
   impl_->out = std::make_unique<OutputFile>(path, force);
   impl_->sink.out = impl_->out.get();
@@ -535,6 +539,9 @@ AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bo
   impl_->f = sf_open_virtual(&impl_->io, SFM_WRITE, &info, &impl_->sink);
   if (!impl_->f) throw Error(ErrorKind::Output, path + ": cannot write audio: " + sf_strerror(nullptr));
   if (fmt != SampleFormat::F32) sf_command(impl_->f, SFC_SET_CLIPPING, nullptr, SF_TRUE);  // clip, don't wrap
+  // no PEAK chunk in float WAVs: it carries the wall-clock time, so the same codes would give
+  // other bytes on every run
+  else sf_command(impl_->f, SFC_SET_ADD_PEAK_CHUNK, nullptr, SF_FALSE);
   guard.release();
 }
 

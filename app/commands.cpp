@@ -213,13 +213,19 @@ int App::encode(const EncodeOptions& o) {
     so.force = common_.force;
     refuse_json_on_stdout(so.out);
     Engine& eng = engine();
+    const double t0 = monotonic_seconds();
     const StreamStats st = stream_encode(eng, so);
     const double seconds = double(st.samples) / eng.config().sample_rate;
     spdlog::info("{} -> {}: streamed {} frames ({:.2f} s), compute {:.2f} ms per frame on average, {:.2f} ms at most",
                  so.input, so.out, st.frames, seconds, 1e3 * st.compute_s / double(std::max<int64_t>(st.frames, 1)),
                  1e3 * st.max_frame_s);
-    emit({{"input", so.input}, {"output", so.out}, {"status", "ok"}, {"seconds", seconds}, {"frames", st.frames},
-          {"n_q", so.n_q}, {"compute_s", st.compute_s}, {"max_frame_s", st.max_frame_s}, {"load_s", load_seconds_}});
+    // the file mode's fields (report_encoded), and the stream's own max_frame_s
+    nlohmann::json rec{{"input", so.input}, {"output", so.out}, {"status", "ok"}, {"seconds", seconds},
+                       {"frames", st.frames}, {"n_q", st.n_q}, {"format", so.format}, {"bytes", st.bytes},
+                       {"bitrate", 8.0 * double(st.bytes) / seconds}, {"wall_s", monotonic_seconds() - t0},
+                       {"load_s", load_seconds_}, {"compute_s", st.compute_s}, {"max_frame_s", st.max_frame_s}};
+    if (st.compute_s > 0) rec["rtf"] = seconds / st.compute_s;
+    emit(rec);
     return kOk;
   }
   if (o.split_channels && std::count(o.inputs.begin(), o.inputs.end(), std::string("-")))
@@ -313,12 +319,18 @@ int App::decode(const DecodeOptions& o) {
     so.allow_weights_mismatch = o.allow_weights_mismatch;
     refuse_json_on_stdout(so.out);
     Engine& eng = engine();
+    const double t0 = monotonic_seconds();
     const StreamStats st = stream_decode(eng, so);
     spdlog::info("{} -> {}: streamed {} frames, compute {:.2f} ms per frame on average, {:.2f} ms at most", so.input,
                  so.out, st.frames, 1e3 * st.compute_s / double(std::max<int64_t>(st.frames, 1)), 1e3 * st.max_frame_s);
-    emit({{"input", so.input}, {"output", so.out}, {"status", "ok"}, {"frames", st.frames},
-          {"seconds", double(st.samples) / eng.config().sample_rate}, {"compute_s", st.compute_s},
-          {"max_frame_s", st.max_frame_s}, {"load_s", load_seconds_}});
+    // the file mode's fields (report_decoded), and the stream's own max_frame_s
+    const double seconds = double(st.samples) / eng.config().sample_rate;
+    nlohmann::json rec{{"input", so.input}, {"output", so.out}, {"status", "ok"}, {"seconds", seconds},
+                       {"frames", st.frames}, {"n_q", st.n_q}, {"bytes", st.bytes}, {"sample_rate", st.sample_rate},
+                       {"wall_s", monotonic_seconds() - t0}, {"load_s", load_seconds_}, {"compute_s", st.compute_s},
+                       {"max_frame_s", st.max_frame_s}};
+    if (st.compute_s > 0) rec["rtf"] = seconds / st.compute_s;
+    emit(rec);
     return kOk;
   }
   if (o.batch > 1) return decode_batched(o, sf);
@@ -390,8 +402,9 @@ int App::info(const std::vector<std::string>& files) {
   }
   int code = kOk;
   // stdout is always one JSON text: --json gives one object per line (JSON Lines); otherwise one
-  // file's object, or for several files one array of them (written as they come; a file that
-  // fails is left out, its error on stderr)
+  // file's object, or for several files one array of them (written as they come). Every named file
+  // has its object, a file that fails too ({"kind": "error"}, its error also on stderr), so a
+  // script's records line up with its arguments.
   const bool array = !common_.json && files.size() > 1;
   size_t printed = 0;
   auto print = [&](const nlohmann::json& j) {
@@ -482,6 +495,9 @@ int App::info(const std::vector<std::string>& files) {
       if (e.kind() == ErrorKind::Environment) throw;  // not this file's fault: stop (exit 75)
       spdlog::error("{}", e.what());
       if (code == kOk) code = exit_code_for(e.kind());
+      nlohmann::json j = {{"kind", "error"}, {"error", e.what()}};
+      put_path(j, "file", f);
+      print(j);
     }
   }
   if (array) std::cout << (printed ? "\n]" : "[]") << std::endl;

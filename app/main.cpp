@@ -312,7 +312,7 @@ int run_main(int argc, char** argv) {
   d->add_option("inputs", dec.inputs, "Token files (.mimi, .npy, .safetensors, .txt); - for stdin")->required();
   d->add_option("-o,--output", dec.out, "Output file (.wav, .flac, .ogg), DIR/, or - for stdout [default: beside each input, .wav]");
   d->add_option("--n-q", dec.n_q, "Decode with the first N codebooks [default: all in the file]")->check(CLI::Range(1, 32));
-  d->add_flag("--recover", dec.recover, "Decode the good prefix of a damaged or truncated .mimi file");
+  d->add_flag("--recover", dec.recover, "Decode the good prefix of a damaged or truncated .mimi or text token file");
   d->add_flag("--allow-weights-mismatch", dec.allow_weights_mismatch, "Decode tokens made with other weights (warns)");
   d->add_option("--batch", dec.batch,
                 "Decode N token files at once, each in its own stream slot of a batched plan (--n-q for all, "
@@ -353,7 +353,7 @@ int run_main(int argc, char** argv) {
   c->add_option("-o,--output", conv.out, "Output token file (format from its extension) or -")->required();
   c->add_option("--format", conv.format, "mimi, npy, safetensors, text [default: by output extension]")
       ->check(CLI::IsMember({"mimi", "npy", "safetensors", "text", "txt"}));
-  c->add_flag("--recover", conv.recover, "Convert the good prefix of a damaged .mimi file");
+  c->add_flag("--recover", conv.recover, "Convert the good prefix of a damaged .mimi or text token file");
   add_common(c, common);
 
   GpuTraceOptions trace;

@@ -73,7 +73,16 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
                                       " holds the whole array, written once it is known: encode without --stream)");
   const std::string what = o.input == "-" ? "stdin" : o.input;
   InputFd in{open_in(o.input)};
-  PcmReader reader(in.fd, what);
+  std::vector<uint8_t> prefix;  // raw input: its first bytes, looked at before they are samples
+  if (!o.raw.sample.empty()) {
+    prefix.resize(12);
+    prefix.resize(read_some(in.fd, prefix.data(), prefix.size(), true, what));
+    if (looks_like_wav(prefix.data(), prefix.size()))
+      spdlog::warn("{}: starts like a WAV file, but --raw-format {} reads its header as samples (drop --raw-format "
+                   "to read it as WAV)",
+                   what, o.raw.sample);
+  }
+  PcmReader reader(in.fd, what, std::move(prefix));
   if (o.raw.sample.empty()) {
     reader.read_wav_header();
     if (!reader.unstreamable().empty())  // real-time mode converts as samples arrive; the rest is read whole
@@ -94,9 +103,10 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
                            {"config_fingerprint", engine.model().config_fingerprint()}, {"tool_version", MIMI_VERSION}};
   MimiWriter w(bytes, header);
   const bool mimi = o.format == "mimi";
-  if (mimi) out.write(bytes.data(), bytes.size());
-  bytes.clear();
   StreamStats st;
+  st.n_q = o.n_q;
+  if (mimi) out.write(bytes.data(), bytes.size()), st.bytes += bytes.size();
+  bytes.clear();
   std::vector<float> pending;  // 24 kHz mono samples not yet encoded
   std::vector<float> block, mono;
   std::vector<int32_t> fm;
@@ -124,6 +134,7 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
         bytes.insert(bytes.end(), s.begin(), s.end());
       }
       out.write(bytes.data(), bytes.size());  // every complete frame goes out now
+      st.bytes += bytes.size();
       bytes.clear();
       st.frames += n;
       pending.erase(pending.begin(), pending.begin() + n * fs);
@@ -149,6 +160,7 @@ StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o) {
   if (mimi) {
     w.finish(st.samples);
     out.write(bytes.data(), bytes.size());
+    st.bytes += bytes.size();
   }
   out.commit();
   return st;
@@ -289,20 +301,28 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
     char buf[65536];
     size_t start = 0;  // of the first unparsed line in text_buf
     int64_t line = 0;
-    bool eof = false;
+    bool eof = false, damaged = false;
     for (;;) {
       size_t nl;
       while ((nl = text_buf.find('\n', start)) != std::string::npos) {
         ++line;
-        if (parse_text_frame(text_buf.data() + start, text_buf.data() + nl, frame, what, line)) {
-          if (n_q_file == 0) n_q_file = int(std::min<size_t>(frame.size(), 1 << 20));
-          if (int(frame.size()) != n_q_file)
+        bool is_frame = false;
+        try {
+          is_frame = parse_text_frame(text_buf.data() + start, text_buf.data() + nl, frame, what, line);
+          if (is_frame && n_q_file == 0) n_q_file = int(std::min<size_t>(frame.size(), 1 << 20));
+          if (is_frame && int(frame.size()) != n_q_file)
             throw Error(ErrorKind::Input, what + ": line " + std::to_string(line) + " has " + std::to_string(frame.size()) +
                                               " codes, earlier lines " + std::to_string(n_q_file));
-          emit(frame.data(), n_q_file);
+        } catch (const Error& e) {  // a line that is not a frame like those before it: damage, as in read_text
+          if (!o.recover || st.frames == 0 || e.kind() != ErrorKind::Input) throw;
+          spdlog::warn("{}; --recover: kept the {} frames before it", e.what(), st.frames);
+          eof = damaged = true;
+          break;
         }
+        if (is_frame) emit(frame.data(), n_q_file);
         start = nl + 1;
       }
+      if (damaged) break;
       text_buf.erase(0, start);  // once per read, so long inputs stay linear
       start = 0;
       if (text_buf.size() > kMaxTextLine)
@@ -320,7 +340,9 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
   }
   if (st.frames == 0) throw Error(ErrorKind::Input, what + ": no frames in the token stream");
   write(nullptr, 0);  // the resampler's tail
-  out.finish();
+  st.bytes = out.finish();
+  st.n_q = n_q;
+  st.sample_rate = rate;
   return st;
 }
 

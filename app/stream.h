@@ -37,8 +37,11 @@ struct StreamDecodeOptions {
 };
 
 struct StreamStats {
-  int64_t frames = 0, samples = 0;
+  int64_t frames = 0, samples = 0;  // samples at the model's rate
   double compute_s = 0, max_frame_s = 0;
+  uint64_t bytes = 0;  // written to the output
+  int n_q = 0;         // codebooks encoded or decoded
+  int sample_rate = 0; // of the decoded output
 };
 
 StreamStats stream_encode(Engine& engine, const StreamEncodeOptions& o);

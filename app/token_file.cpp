@@ -191,29 +191,40 @@ std::vector<uint8_t> write_text(const TokenFile& t) {
   return {s.begin(), s.end()};
 }
 
-TokenFile read_text(const std::vector<uint8_t>& b, const std::string& what) {
+// `recover`: a line that is not a frame like the ones before it (unparseable, another count) ends
+// the file there, as damage ends a .mimi file: the frames before it are kept (complete = false).
+TokenFile read_text(const std::vector<uint8_t>& b, const std::string& what, bool recover) {
   std::vector<int32_t> frame_major, frame;
   int n_q = -1;
   int64_t frames = 0, line_no = 0;
   const char* p = reinterpret_cast<const char*>(b.data());
   const char* const end = p + b.size();
+  std::string damage;
   while (p < end) {
     const char* nl = std::find(p, end, '\n');
     ++line_no;
-    const bool is_frame = parse_text_frame(p, nl, frame, what, line_no);
-    p = nl == end ? end : nl + 1;
-    if (!is_frame) continue;
-    const int count = int(std::min<size_t>(frame.size(), INT32_MAX));
-    if (count > 1024) bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes (at most 1024)");
-    if (n_q < 0) n_q = count;
-    if (count != n_q)
-      bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes, earlier lines " +
-                    std::to_string(n_q));
+    try {
+      const bool is_frame = parse_text_frame(p, nl, frame, what, line_no);
+      p = nl == end ? end : nl + 1;
+      if (!is_frame) continue;
+      const int count = int(std::min<size_t>(frame.size(), INT32_MAX));
+      if (count > 1024) bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes (at most 1024)");
+      if (n_q < 0) n_q = count;
+      if (count != n_q)
+        bad(what, "line " + std::to_string(line_no) + " has " + std::to_string(count) + " codes, earlier lines " +
+                      std::to_string(n_q));
+    } catch (const Error& e) {
+      if (!recover || frames == 0 || e.kind() != ErrorKind::Input) throw;
+      damage = std::string(e.what()).substr(std::min(what.size() + 2, std::strlen(e.what())));
+      break;
+    }
     frame_major.insert(frame_major.end(), frame.begin(), frame.end());
     ++frames;
   }
   if (frames == 0) bad(what, "no frames in text token file");
   TokenFile t;
+  t.complete = damage.empty();
+  t.damage = damage;
   t.codes.n_q = n_q;
   t.codes.frames = frames;
   t.codes.data = transpose(frame_major, frames, n_q);
@@ -356,7 +367,7 @@ TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const st
   TokenFile t;
   switch (f) {
     case TokenFormat::Npy: t = read_npy(bytes, what); break;
-    case TokenFormat::Text: t = read_text(bytes, what); break;
+    case TokenFormat::Text: t = read_text(bytes, what, recover); break;
     case TokenFormat::Safetensors: t = read_st(bytes, what); break;
     case TokenFormat::Mimi: {
       MimiReadResult r = read_mimi(bytes, what);

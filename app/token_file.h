@@ -40,13 +40,14 @@ struct TokenMeta {
 struct TokenFile {
   Codes codes;  // [n_q, frames]
   TokenMeta meta;
-  bool complete = true;    // false: a .mimi file without its end record (truncated)
+  bool complete = true;    // false: a damaged .mimi or text file, read with recover (its good prefix)
   std::string damage;      // why it is incomplete
 };
 
 std::vector<uint8_t> write_tokens(const TokenFile& t, TokenFormat f);
-// `recover`: for .mimi, return the good prefix of a damaged/truncated file (complete = false)
-// instead of throwing.
+// `recover`: for .mimi and text, return the good prefix of a damaged/truncated file (complete =
+// false) instead of throwing (a .mimi chunk cut short or failing its CRC; a text line that is not a
+// frame like those before it). Codes outside the model are wrong tokens, never recovered.
 TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const std::string& what,
                       bool recover = false);
 

@@ -8,10 +8,15 @@
 //   - a resumed dataset worker believes its journal only as far as the tar bears it out: every
 //     field of every record, edited, is redone, and the result is the uninterrupted run's
 //   - a weights or config file that is a FIFO with no writer is announced, not waited for in silence
+// and the eighth probe's: a .done edited in any field is not done; containers and sample formats
+// written as asked or refused; --recover for text tokens; the same --json fields in every mode and
+// a record for every file info is given; no claim of a skipped-entries file that is not written.
 #include <doctest/doctest.h>
 #include <sndfile.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <regex>
 #include <tuple>
 #include <sstream>
@@ -48,6 +53,13 @@ std::vector<HelpOption> help_options(const Sandbox& box, const std::string& cmd)
     out.push_back(o);
   }
   return out;
+}
+
+// A JSON number written by nlohmann (a double) made a little larger, still a valid number.
+std::string json_number_plus(const std::string& v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g", std::stod(v) * 1.0001 + 1.0);
+  return b;
 }
 
 SF_INFO sound_info(const fs::path& p) {
@@ -244,4 +256,132 @@ TEST_CASE("classes: a weights or config FIFO with no writer is announced") {
   CAPTURE(r.err);
   REQUIRE(r.code == 0);
   CHECK(box.get("a.mimi") == box.get("b.mimi"));
+}
+
+// ---- the eighth fresh probe's findings, by class
+
+TEST_CASE("classes: a .done edited by hand in any field is not done: status lists it, the worker redoes it") {
+  Sandbox box("clsp8done");
+  box.sh("mkdir corp");
+  for (int i = 0; i < 3; ++i)
+    write_wav(box / ("corp/u" + std::to_string(i) + ".wav"), tone(24000 + 3000 * i, 1, 24000), 24000, 1,
+              SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan corp -o plan --shards 1 -q && mimi dataset encode --plan plan --shard 0/1 -o ref -q").code == 0);
+  const std::string done = box.get("ref/shards/shard-00000.done");
+  // every value of the record, changed as little as it can be: a count or number one up, a
+  // string's last character
+  const std::regex field(R"re("([a-z_0-9]+)":\s*("[^"]*"|[0-9.e+-]+))re");
+  int edits = 0;
+  for (std::sregex_iterator it(done.begin(), done.end(), field), end; it != end; ++it) {
+    const std::smatch& m = *it;
+    const std::string name = m[1], value = m[2];
+    std::string changed;
+    if (value[0] == '"') {
+      changed = value;
+      changed[changed.size() - 2] = changed[changed.size() - 2] == '0' ? '1' : '0';
+    } else if (value.find_first_of(".e") != std::string::npos) {
+      changed = json_number_plus(value);
+    } else {
+      changed = std::to_string(std::stoull(value) + 1);
+    }
+    std::string edited = done;
+    edited.replace(size_t(m.position(0)), size_t(m.length(0)), "\"" + name + "\": " + changed);
+    CAPTURE(name);
+    REQUIRE(box.sh("rm -rf out && cp -r ref out").code == 0);
+    box.put("out/shards/shard-00000.done", edited);
+    CHECK(box.sh("mimi dataset status out --todo --format ranges 2>/dev/null").out == "0\n");
+    CHECK(box.sh("mimi dataset encode --plan plan --shard 0/1 -o out -q").code == 0);
+    CHECK(box.sh("mimi dataset verify out -q").code == 0);
+    CHECK(box.get("out/shards/shard-00000.tar") == box.get("ref/shards/shard-00000.tar"));
+    ++edits;
+  }
+  CHECK(edits >= 18);
+}
+
+TEST_CASE("classes: every container and sample format is written as asked or refused, --stream too") {
+  Sandbox box("clsp8fmt");
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o in.mimi -q").code == 0);
+  const std::map<std::string, int> sub = {{"s16", SF_FORMAT_PCM_16}, {"s24", SF_FORMAT_PCM_24}, {"f32", SF_FORMAT_FLOAT}};
+  int written = 0, refused = 0;
+  for (const std::string mode : {"", "--stream "})
+    for (const std::string ext : {"wav", "flac", "ogg"})
+      for (const auto& [sf, code] : sub) {
+        const std::string out = "o." + ext;
+        const Run r = box.sh("rm -f " + out + "; mimi decode " + mode + "in.mimi -q -o " + out + " --sample-format " + sf);
+        CAPTURE(mode);
+        CAPTURE(out);
+        CAPTURE(sf);
+        if (r.code == 2) {
+          CHECK(!fs::exists(box / out));
+          ++refused;
+          continue;
+        }
+        REQUIRE(r.code == 0);
+        const SF_INFO i = sound_info(box / out);
+        if (ext == "ogg") CHECK((i.format & SF_FORMAT_SUBMASK) == SF_FORMAT_VORBIS);  // s16 only: Vorbis has no other
+        else CHECK((i.format & SF_FORMAT_SUBMASK) == code);
+        ++written;
+      }
+  CHECK(written == 2 * 6);  // WAV x 3, FLAC s16/s24, OGG s16
+  CHECK(refused == 2 * 3);  // FLAC f32, OGG s24/f32
+  // the same codes give the same bytes (no clock in a float WAV's header)
+  REQUIRE(box.sh("mimi decode in.mimi -q -o a.wav --sample-format f32 && sleep 1.1 && "
+                 "mimi decode in.mimi -q -o b.wav --sample-format f32").code == 0);
+  CHECK(box.get("a.wav") == box.get("b.wav"));
+}
+
+TEST_CASE("classes: --recover keeps the frames before damage in text tokens too, file and stream alike") {
+  Sandbox box("clsp8recover");
+  const std::string good = "1 2 3 4 5 6 7 8\n2 3 4 5 6 7 8 9\n";
+  for (const std::string damage : {"1 2 3\n", "1 2 x 4 5 6 7 8\n", "1 2 3 4 5 6 7 8 9\n"}) {
+    box.put("t.txt", good + damage + good);
+    CAPTURE(damage);
+    for (const std::string cmd : {"mimi decode t.txt -o o.wav", "mimi decode --stream t.txt -o o.wav",
+                                  "mimi decode --stream - -o o.wav < t.txt", "mimi convert t.txt -o o.mimi"}) {
+      CAPTURE(cmd);
+      const std::string out = cmd.find("convert") != std::string::npos ? "o.mimi" : "o.wav";
+      Run r = box.sh("rm -f " + out + "; " + cmd);
+      CHECK(r.code == 3);
+      CHECK(!fs::exists(box / out));
+      r = box.sh("rm -f " + out + "; " + cmd + " --recover");
+      CHECK(r.code == 0);
+      CHECK(contains_ci(r.err, "2 "));  // the two frames kept are named
+      if (out == "o.wav") CHECK(sound_info(box / out).frames == 2 * 1920);
+      else CHECK(box.sh("mimi info o.mimi --json | grep -c '\"frames\":2,'").out == "1\n");
+    }
+  }
+}
+
+TEST_CASE("classes: every --json record of a command has the same fields in every mode; info names every file") {
+  Sandbox box("clsp8json");
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o in.mimi -q").code == 0);
+  auto keys = [&](const std::string& cmd) {
+    const Run r = box.sh(cmd + " --json -q -f");
+    REQUIRE(r.code == 0);
+    std::set<std::string> k;
+    const std::regex key(R"re("([a-z_]+)":)re");
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), key), end; it != end; ++it) k.insert((*it)[1]);
+    return k;
+  };
+  for (const auto& [file, stream] :
+       {std::pair{std::string("mimi encode in.wav -o a.mimi"), std::string("mimi encode --stream in.wav -o b.mimi")},
+        std::pair{std::string("mimi decode in.mimi -o a.wav"), std::string("mimi decode --stream in.mimi -o b.wav")}}) {
+    const std::set<std::string> f = keys(file), s = keys(stream);
+    CAPTURE(file);
+    for (const std::string& k : f) CHECK_MESSAGE(s.count(k), k);
+  }
+  box.put("bad.wav", "RIFFjunk");
+  box.put("bad.mimi", "MIMI");
+  const Run lines = box.sh("mimi info in.mimi bad.wav in.wav bad.mimi --json");
+  CHECK(lines.code == 3);
+  CHECK(std::count(lines.out.begin(), lines.out.end(), '\n') == 4);
+  CHECK(box.sh("mimi info in.mimi bad.wav in.wav bad.mimi | grep -c '\"file\"'").out == "4\n");
+  // a plan whose every entry is bad names no skipped-entries file it does not write
+  box.put("m.jsonl", "{\"path\":\"f.wav\"}\n");  // a FIFO: a bad entry that --skip-bad leaves out
+  const Run p = box.sh("mkfifo f.wav && mimi dataset plan m.jsonl -o P --shards 1 --skip-bad");
+  CHECK(p.code == 3);
+  CHECK(p.err.find("skipped.txt") == std::string::npos);
+  CHECK(!fs::exists(box / "P"));
 }

@@ -60,7 +60,9 @@ json dataset_fields(const EncodeShardOptions& o, const Plan& plan, const Engine&
           {"channel_policy", "the item's channel from the manifest, else the average of all channels"},
           {"npy", "int16 [n_q, frames], little-endian, C order"},
           {"plan_sha256", plan.digest},
-          {"shards", plan.shards}};
+          {"shards", plan.shards},
+          // every shard's .done carries the digest of its fields (older outputs' records do not)
+          {"done_record", "record_sha256"}};
 }
 
 json dataset_json(const EncodeShardOptions& o, const Plan& plan, const Engine& eng) {

@@ -158,10 +158,14 @@ void make_plan(const PlanOptions& o) {
   if (!problems.empty()) {
     if (!o.skip_bad || !problems.all_skippable()) problems.fail(true);
     problems.warn_all();
+  }
+  if (items.empty())
+    throw Error(ErrorKind::Input, problems.empty() ? std::string("the manifests list no audio")
+                                                   : "the manifests list no audio but " + std::to_string(problems.size()) +
+                                                         " bad entries (above); no plan written");
+  if (!problems.empty())  // (said once skipped.txt will be written, below)
     spdlog::warn("{} bad entries left out of the plan (skip_bad); listed in {}", problems.size(),
                  (fs::path(o.out) / "skipped.txt").string());
-  }
-  if (items.empty()) throw Error(ErrorKind::Input, "the manifests list no audio");
   for (Manifest& m : manifests) m.items = 0;  // what is planned of each (bad entries left out)
   for (const Item& it : items)
     if (it.source >= 0 && size_t(it.source) < manifests.size()) ++manifests[size_t(it.source)].items;

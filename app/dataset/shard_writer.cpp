@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "app/dataset/item_files.h"
 #include "app/dataset/plan.h"
@@ -166,7 +167,17 @@ const std::vector<std::pair<std::string, FieldKind>> kDoneFields = {
     {"items", FieldKind::Count},          {"ok", FieldKind::Count},
     {"errors", FieldKind::Count},         {"samples", FieldKind::Count},
     {"frames", FieldKind::Count},         {"tar_bytes", FieldKind::Count},
-    {"tar_sha256", FieldKind::String}};
+    {"tar_sha256", FieldKind::String},    {"record_sha256", FieldKind::String}};
+
+// The sha256 of the record's other fields (json_dump: keys sorted), written last into the record:
+// any edit by hand, also one that keeps every value possible (a frame count one off, another
+// digest), makes the record not this shard's. A record made before it existed lacks it.
+const std::string kRecordDigest = "record_sha256";
+std::string record_digest(json d) {
+  d.erase(kRecordDigest);
+  const std::string text = json_dump(d);
+  return sha256_hex(text.data(), text.size());
+}
 
 // The one field a .done may lack: in an output whose dataset.json has none, made before the
 // config was fingerprinted (its shards were finished without it).
@@ -198,6 +209,8 @@ std::vector<std::string> done_problems(const json& d, const DoneFacts& f) {
     if (!d.contains(k)) {
       // (required where dataset.json records one: this output's shards were all written with it)
       if (k == kOptionalDoneField && !(f.dataset && f.dataset->is_object() && f.dataset->contains(k))) continue;
+      // (required in an output whose dataset.json says its records carry it: the older ones do not)
+      if (k == kRecordDigest && !(f.dataset && f.dataset->is_object() && f.dataset->value("done_record", "") == k)) continue;
       bad(k, "is missing");
       continue;
     }
@@ -241,6 +254,8 @@ std::vector<std::string> done_problems(const json& d, const DoneFacts& f) {
   if (has("tar_bytes") && (c("tar_bytes") % 512 || c("tar_bytes") < 1024))
     bad("tar_bytes", std::to_string(c("tar_bytes")) + " is not a whole tar (512-byte blocks and its end blocks)");
   if (has("tar_sha256") && !is_sha256(v.at("tar_sha256").get<std::string>())) bad("tar_sha256", "is not a sha256");
+  if (has("record_sha256") && v.at("record_sha256").get<std::string>() != record_digest(d))
+    bad("record_sha256", "does not match the record's other fields (edited by hand?)");
   // (a dataset.json field that is not a number: nothing to hold the record to)
   auto ds_int = [&](const char* k) -> int64_t {
     const json* d = f.dataset;
@@ -320,6 +335,23 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset, const
     }
     const std::vector<uint8_t> text = read_input(*file);  // (errno judged there)
     *count = int64_t(std::count(text.begin(), text.end(), uint8_t('\n')));
+    if (file != &p.index) continue;
+    // and the index's frames and samples summed, against the record's totals
+    int64_t frames = 0, samples = 0;
+    size_t pos = 0;
+    for (size_t nl; (nl = std::string_view(reinterpret_cast<const char*>(text.data()), text.size()).find('\n', pos)) !=
+                    std::string_view::npos;
+         pos = nl + 1) {
+      const json j = json::parse(text.begin() + std::ptrdiff_t(pos), text.begin() + std::ptrdiff_t(nl), nullptr, false);
+      if (!j.is_object() || !j.contains("frames") || !j["frames"].is_number_unsigned() || !j.contains("samples") ||
+          !j["samples"].is_number_unsigned())
+        return invalid("its " + p.index + " line " + std::to_string(std::count(text.begin(), text.begin() + std::ptrdiff_t(nl), uint8_t('\n')) + 1) +
+                       " is not an index record: not taken as done");
+      frames += j["frames"].get<int64_t>();
+      samples += j["samples"].get<int64_t>();
+    }
+    facts.frames = frames;
+    facts.samples = samples;
   }
   const std::vector<std::string> problems = done_problems(d, facts);
   if (problems.empty()) return d;
@@ -623,6 +655,7 @@ json ShardWriter::finish(const json& extra) {
   done["frames"] = frames;
   done["tar_bytes"] = tar_size_;
   done["tar_sha256"] = sha256_file(p_.tar);
+  done[kRecordDigest] = record_digest(done);
   write_text(p_.done, json_dump(done, 1) + "\n");  // last: the shard is done once this exists
   fsync_dir(p_.done);
   if (journal_fd_ >= 0) ::close(journal_fd_);
