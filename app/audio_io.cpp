@@ -4,6 +4,7 @@
 #include <soxr.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 
@@ -483,6 +484,23 @@ std::vector<uint8_t> wav_stream_header(int rate, SampleFormat fmt, int64_t sampl
   u32(uint32_t(rate) * bytes); u16(bytes); u16(uint16_t(8 * bytes));
   tag("data"); u32(data32);
   return h;
+}
+
+int output_rate(int model_rate, std::optional<int> source_rate, const std::string& flag, const std::string& what) {
+  if (flag.empty()) return model_rate;
+  if (flag == "source") {
+    if (!source_rate) throw Error(ErrorKind::Input, what + ": the tokens do not record the source rate");
+    const int src = *source_rate;
+    if (src < kMinSampleRate || src > kMaxSampleRate)
+      throw Error(ErrorKind::Input, what + ": recorded source rate " + std::to_string(src) + " Hz is not a rate to write");
+    return src;
+  }
+  int to = 0;
+  const auto r = std::from_chars(flag.data(), flag.data() + flag.size(), to);
+  if (r.ec != std::errc() || r.ptr != flag.data() + flag.size() || to < kMinSampleRate || to > kMaxSampleRate)
+    throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz from " + std::to_string(kMinSampleRate) + " to " +
+                                      std::to_string(kMaxSampleRate) + ", or 'source', got '" + flag + "'");
+  return to;
 }
 
 struct AudioWriter::Impl {

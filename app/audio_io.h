@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <sys/stat.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ class StreamResampler {
 };
 
 enum class SampleFormat { S16, S24, F32 };
+
+// The rate decode writes for its --sample-rate `flag`: "" the model's, a rate in Hz (checked), or
+// "source", the rate the tokens record (Error(Input) when they record none or an impossible one).
+int output_rate(int model_rate, std::optional<int> source_rate, const std::string& flag, const std::string& what);
 enum class AudioContainer { Wav, Flac, Ogg };
 AudioContainer container_for(const std::string& path);  // by extension; default WAV
 

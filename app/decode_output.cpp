@@ -106,24 +106,7 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
 }
 
 int output_rate(const Config& c, const TokenFile& t, const std::string& flag, const std::string& what) {
-  return output_rate(c, t.meta.source_sample_rate, flag, what);
-}
-
-int output_rate(const Config& c, std::optional<int> source_rate, const std::string& flag, const std::string& what) {
-  if (flag.empty()) return c.sample_rate;
-  if (flag == "source") {
-    if (!source_rate) throw Error(ErrorKind::Input, what + ": the tokens do not record the source rate");
-    const int src = *source_rate;
-    if (src < kMinSampleRate || src > kMaxSampleRate)
-      throw Error(ErrorKind::Input, what + ": recorded source rate " + std::to_string(src) + " Hz is not a rate to write");
-    return src;
-  }
-  int to = 0;
-  const auto r = std::from_chars(flag.data(), flag.data() + flag.size(), to);
-  if (r.ec != std::errc() || r.ptr != flag.data() + flag.size() || to < kMinSampleRate || to > kMaxSampleRate)
-    throw Error(ErrorKind::Usage, "--sample-rate must be a rate in Hz from " + std::to_string(kMinSampleRate) + " to " +
-                                      std::to_string(kMaxSampleRate) + ", or 'source', got '" + flag + "'");
-  return to;
+  return output_rate(c.sample_rate, t.meta.source_sample_rate, flag, what);
 }
 
 DecodedAudioWriter::DecodedAudioWriter(const Config& c, const TokenFile& t, const DecodeOptions& o, SampleFormat sf,

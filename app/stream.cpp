@@ -214,7 +214,7 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
       throw Error(ErrorKind::Input, what + ": not a token stream (.mimi or text lines of codes)");
     text_buf.assign(reinterpret_cast<char*>(pre), got);
   }
-  const int rate = output_rate(c, source_rate, o.sample_rate, what);
+  const int rate = output_rate(c.sample_rate, source_rate, o.sample_rate, what);
   // opened once the input is known to be tokens: audio in the container the output's name says,
   // through the file modes' writer (on a pipe a WAV whose header says "unknown length"), or the
   // samples alone (--raw-format), converted alike
