@@ -69,12 +69,12 @@ class StreamResampler {
 };
 
 enum class SampleFormat { S16, S24, F32 };
+enum class AudioContainer { Wav, Flac, Ogg };
+AudioContainer container_for(const std::string& path);  // by extension; default WAV
 
 // The rate decode writes for its --sample-rate `flag`: "" the model's, a rate in Hz (checked), or
 // "source", the rate the tokens record (Error(Input) when they record none or an impossible one).
 int output_rate(int model_rate, std::optional<int> source_rate, const std::string& flag, const std::string& what);
-enum class AudioContainer { Wav, Flac, Ogg };
-AudioContainer container_for(const std::string& path);  // by extension; default WAV
 
 // The 44-byte header of a mono PCM (s16/s24) or float (f32) WAV: sizes exact when the sample count
 // is known and fits in RIFF's 32 bits, else the "unknown length" 0xFFFFFFFF that libsndfile,

@@ -30,7 +30,6 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
 // The rate to write: the model's, --sample-rate N, or "source" (the rate the tokens record).
 int output_rate(const Config& c, const TokenFile& t, const std::string& flag, const std::string& what);
 
-
 // One token file's audio file, written as the decoder hands out model-rate samples: trimmed to
 // the original length unless no_trim, resampled to the output rate when asked; constant memory.
 // Destroyed before finish(), it leaves no output (AudioWriter).

@@ -1,8 +1,6 @@
 #include "app/file_io.h"
-#include "codec/open_file.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -22,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "codec/error.h"
+#include "codec/open_file.h"
 
 namespace mimi::app {
 namespace fs = std::filesystem;

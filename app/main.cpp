@@ -20,10 +20,10 @@
 #include "app/commands.h"
 #include "app/dataset/dataset.h"
 #include "app/threads_env.h"
-#include "codec/open_file.h"
 #include "app/file_io.h"
 #include "app/json_bytes.h"
 #include "codec/error.h"
+#include "codec/open_file.h"
 
 using namespace mimi;
 using namespace mimi::app;

@@ -338,10 +338,9 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset, const
     if (file != &p.index) continue;
     // and the index's frames and samples summed, against the record's totals
     int64_t frames = 0, samples = 0;
+    const std::string_view lines(reinterpret_cast<const char*>(text.data()), text.size());
     size_t pos = 0;
-    for (size_t nl; (nl = std::string_view(reinterpret_cast<const char*>(text.data()), text.size()).find('\n', pos)) !=
-                    std::string_view::npos;
-         pos = nl + 1) {
+    for (size_t nl; (nl = lines.find('\n', pos)) != std::string_view::npos; pos = nl + 1) {
       const json j = json::parse(text.begin() + std::ptrdiff_t(pos), text.begin() + std::ptrdiff_t(nl), nullptr, false);
       if (!j.is_object() || !j.contains("frames") || !j["frames"].is_number_unsigned() || !j.contains("samples") ||
           !j["samples"].is_number_unsigned())
