@@ -1,8 +1,5 @@
 #include "app/stream.h"
 
-#include <memory>
-#include <optional>
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -14,10 +11,10 @@
 #include <spdlog/spdlog.h>
 
 #include <charconv>
+#include <optional>
 #include <cmath>
 
 #include "app/audio_io.h"
-#include "app/decode_output.h"
 #include "app/file_io.h"
 #include "app/mimi_container.h"
 #include "app/pcm_stream.h"

@@ -33,7 +33,7 @@ struct StreamDecodeOptions {
   int n_q = -1;
   bool force = false;
   bool allow_weights_mismatch = false;
-  bool recover = false;  // a damaged .mimi stream: keep the frames before the damage, exit 0 with a warning
+  bool recover = false;  // damage (a bad .mimi chunk, a bad text line): keep the frames before it, warn
 };
 
 struct StreamStats {
