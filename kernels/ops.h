@@ -1,11 +1,15 @@
-// The ops Mimi is built from: one contract, two implementations.
+// The ops Mimi is built from: one contract, three implementations (kernels/README.md: where an
+// op lives, and the places a new op touches, in order).
 //
 //   mimi::ref  - naive, obviously-correct loops (kernels/ref/*.cpp). Never optimized: they are
 //                the yardstick every fast kernel is tested against.
 //   mimi::cpu  - the fast CPU backend (kernels/cpu/*.cpp).
+//   mimi::gpu  - the GPU backend (kernels/gpu/*.cu: CUDA, HIP, or emulated on CPU threads), on
+//                device pointers (kernels/gpu/ops.h).
 //
-// Every declaration below exists in both namespaces with the same signature (the macro
-// MIMI_DECLARE_OPS stamps them out), so a test can call ref:: and cpu:: side by side.
+// Every declaration below exists in each namespace with the same signature (the macro
+// MIMI_DECLARE_OPS stamps them out); tests/test_ops.cpp runs one table of cases on every backend
+// against mimi::ref.
 //
 // Layout conventions (batch 1, row-major, float32):
 //   signal  [C, T]     channel-major: row c holds T consecutive time steps.

@@ -9,5 +9,5 @@ if ! command -v hipcc >/dev/null 2>&1; then
   exit 0
 fi
 cmake -S . -B build-hip -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_HIP=ON "$@" >/dev/null
-cmake --build build-hip -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels
+cmake --build build-hip -j "${MIMI_JOBS:-2}" --target mimi test_ops test_gpu_kernels
 

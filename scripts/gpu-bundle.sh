@@ -11,13 +11,13 @@ B=${MIMI_GPU_BUNDLE_FROM:-build-gpu}
 if [ -z "${MIMI_GPU_BUNDLE_FROM:-}" ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null
-  cmake --build build-gpu -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels test_golden test_streaming test_batch
+  cmake --build build-gpu -j "${MIMI_JOBS:-2}" --target mimi test_ops test_gpu_kernels test_golden test_streaming test_batch
 fi
 "$B/mimi" info --json 2>/dev/null | grep -q '"gpu_backend":"CUDA"' || { echo "gpu-bundle: $B is not a CUDA build" >&2; exit 1; }
 rm -rf .gpu-bundle
 mkdir -p .gpu-bundle/lib
-cp "$B/mimi" "$B/tests/test_gpu_kernels" "$B/tests/test_golden" "$B/tests/test_streaming" "$B/tests/test_batch" .gpu-bundle/
-for b in .gpu-bundle/mimi .gpu-bundle/test_gpu_kernels .gpu-bundle/test_golden .gpu-bundle/test_streaming .gpu-bundle/test_batch; do
+cp "$B/mimi" "$B/tests/test_ops" "$B/tests/test_gpu_kernels" "$B/tests/test_golden" "$B/tests/test_streaming" "$B/tests/test_batch" .gpu-bundle/
+for b in .gpu-bundle/mimi .gpu-bundle/test_ops .gpu-bundle/test_gpu_kernels .gpu-bundle/test_golden .gpu-bundle/test_streaming .gpu-bundle/test_batch; do
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'
 done | sort -u | while read -r lib; do cp -L "$lib" .gpu-bundle/lib/; done
 # glibc's compatibility stubs, which the GPU driver's libcuda links against: with the bundled

@@ -51,12 +51,12 @@ else
     line "binaries" "ERROR: no .gpu-bundle/ (nor .gpu-bundle.tar.xz) and no nvcc to build: run scripts/gpu-bundle.sh here and carry it"
     exit 2
   fi
-  if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ] ||
+  if [ ! -x "$B/mimi" ] || [ ! -x "$B/tests/test_ops" ] || [ ! -x "$B/tests/test_gpu_kernels" ] || [ ! -x "$B/tests/test_golden" ] ||
      [ ! -x "$B/tests/test_streaming" ] || [ ! -x "$B/tests/test_batch" ]; then
     bash scripts/install-deps.sh >/dev/null 2>&1 || true
     if ! { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_CUDA=ON \
              -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90}" >/dev/null &&
-           cmake --build "$B" -j "$(nproc)" --target mimi test_gpu_kernels test_golden test_streaming test_batch; }; then
+           cmake --build "$B" -j "$(nproc)" --target mimi test_ops test_gpu_kernels test_golden test_streaming test_batch; }; then
       line "binaries" "ERROR: the CUDA build failed"
       exit 2
     fi
@@ -96,7 +96,8 @@ phase() {
 
 export -f run_bin bin_path
 export libs B
-phase "GPU kernels vs references" 120 run_bin test_gpu_kernels
+phase "op table vs references" 120 run_bin test_ops --backend gpu
+phase "GPU kernels' bitwise properties" 120 run_bin test_gpu_kernels
 if [ "$DEV" != cpu ] && ! run_bin mimi info --json 2>/dev/null | grep -q '"device":"cuda'; then
   why=$(run_bin mimi bench --device cuda --weights tests/data/tiny/weights.hf.safetensors --seconds 1 --runs 1 \
         --latency-frames 0 2>&1 | grep -m1 'error')
@@ -111,20 +112,23 @@ phase "batched == alone on the GPU" 90 run_bin test_batch "--test-case=batch gpu
 # it runs directly (the bundle's loader is for mimi); tried through the loader if that fails to start.
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [ -n "$CS" ]; then
+  # sanitize TOOL BINARY [ARGS...]
   sanitize() {
-    "$CS" --tool "$1" --error-exitcode 99 "$(bin_path test_gpu_kernels)"
+    "$CS" --tool "$1" --error-exitcode 99 "$(bin_path "$2")" "${@:3}"
     local rc=$?
     if [ $rc -eq 127 ] && [ -x .gpu-bundle/mimi ]; then
       "$CS" --tool "$1" --error-exitcode 99 "$PWD/.gpu-bundle/lib/ld-linux-x86-64.so.2" --library-path "$libs" \
-        "$(bin_path test_gpu_kernels)"
+        "$(bin_path "$2")" "${@:3}"
       rc=$?
     fi
     return $rc
   }
   export -f sanitize
   export CS
-  phase "compute-sanitizer memcheck" 150 sanitize memcheck
-  phase "compute-sanitizer racecheck" 150 sanitize racecheck
+  phase "compute-sanitizer memcheck (op table)" 150 sanitize memcheck test_ops --backend gpu
+  phase "compute-sanitizer memcheck (properties)" 100 sanitize memcheck test_gpu_kernels
+  phase "compute-sanitizer racecheck (op table)" 150 sanitize racecheck test_ops --backend gpu
+  phase "compute-sanitizer racecheck (properties)" 100 sanitize racecheck test_gpu_kernels
 else
   line "compute-sanitizer" "not on this machine"
 fi

@@ -12,9 +12,9 @@ source scripts/lib-suite.sh
 tsan_build() {
   cmake -S . -B build-gpu-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_GPU_EMULATE=ON -DMIMI_CUDA=OFF \
     -DMIMI_SANITIZE=thread >/dev/null &&
-    cmake --build build-gpu-tsan -j "${MIMI_JOBS:-2}" --target test_gpu_kernels test_gpu_emulator test_read_ahead
+    cmake --build build-gpu-tsan -j "${MIMI_JOBS:-2}" --target test_ops test_gpu_kernels test_gpu_emulator test_read_ahead
 }
 export MIMI_EMU_EXEC=threads-all TSAN_OPTIONS="second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 step "emulated GPU build (ThreadSanitizer)" tsan_build &&
-  suite tsan-emulated-gpu build-gpu-tsan --output-on-failure -R '^(gpu_kernels|gpu_emulator|gpu_emulator_warp64|read_ahead)$'
+  suite tsan-emulated-gpu build-gpu-tsan --output-on-failure -R '^(ops_gpu|gpu_kernels|gpu_emulator|gpu_emulator_warp64|read_ahead)$'
 if [ -n "${MIMI_SUITE_OWNER:-}" ]; then closing_line; fi

@@ -23,15 +23,16 @@ if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
   step "HIP backend (compile only)" bash scripts/build-hip.sh
   bash scripts/test-sanitize.sh  # records its own build step and tests
   # The GPU kernel source compiled by g++ and run on CPU threads (MIMI_GPU_EMULATE, docs: kernels/gpu/
-  # emulate.h): the kernel sweeps against kernels/ref and the small golden configs on the device plans.
+  # emulate.h): the op table against kernels/ref (ops_gpu), the GPU kernels' bitwise properties
+  # and the small golden configs on the device plans.
   emu_build() {
     cmake -S . -B build-gpu-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_GPU_EMULATE=ON -DMIMI_CUDA=OFF >/dev/null &&
-      cmake --build build-gpu-emu -j "${MIMI_JOBS:-2}" --target mimi test_gpu_kernels test_gpu_emulator test_golden \
+      cmake --build build-gpu-emu -j "${MIMI_JOBS:-2}" --target mimi test_ops test_gpu_kernels test_gpu_emulator test_golden \
         test_streaming test_cli_gpu test_batch
   }
   step "emulated GPU build" emu_build &&
     suite emulated-gpu build-gpu-emu --output-on-failure \
-      -R '^(gpu_kernels|gpu_emulator|gpu_emulator_warp64|golden_gpu_tiny|golden_gpu_full_short|streaming_gpu|cli_gpu|batch_gpu)$'
+      -R '^(ops_gpu|gpu_kernels|gpu_emulator|gpu_emulator_warp64|golden_gpu_tiny|golden_gpu_full_short|streaming_gpu|cli_gpu|batch_gpu)$'
   bash scripts/test-tsan.sh  # the same kernels under ThreadSanitizer; records its own steps
   # One count per target (fuzz.sh records them); a build failure before any target counts as one.
   before=$(wc -l <"$MIMI_SUITE_COUNTS")

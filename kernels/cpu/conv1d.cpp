@@ -237,7 +237,9 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     return;
   }
 
-  if (K == 1 && s.stride == 1 && P == 0) {  // pointwise: the input already is the B operand
+  // pointwise: the input already is the B operand (not with ELU on it: the direct path fuses it,
+  // and every other path took the ELU copy above)
+  if (K == 1 && s.stride == 1 && P == 0 && !s.elu_input) {
     for (int64_t g = 0; g < s.groups; ++g) {
       float* yg = y + g * cout_g * T_out;
       init_rows(cout_g, T_out, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
