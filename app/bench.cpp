@@ -14,9 +14,9 @@
 #include "app/weights_locate.h"
 #include "codec/batch.h"
 #include "codec/engine.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 #include "codec/weights.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 
 namespace mimi::app {
 namespace {
@@ -69,9 +69,9 @@ int run_bench(const BenchOptions& o) {
   std::shared_ptr<const Model> model;
   std::string source;
   if (o.weights.empty()) {
-    const GeneratedWeights w = generate_test_weights(test_config("full"), 1);
+    const GeneratedWeights w = generate_prng_weights(test_config("full"), 1);
     model = load_model(SafetensorsFile::from_bytes(
-                           std::make_shared<const std::vector<uint8_t>>(test_weights_file(w, Dialect::Moshi)), "prng-full"),
+                           std::make_shared<const std::vector<uint8_t>>(prng_weights_file(w, Dialect::Moshi)), "prng-full"),
                        test_config("full"));
     source = "PRNG test weights (full config)";
   } else {

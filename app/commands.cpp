@@ -21,8 +21,8 @@
 #include "app/weights_locate.h"
 #include "codec/error.h"
 #include "kernels/cpu/cpu_budget.h"
-#include "kernels/cpu/gemm.h"
-#include "codec/test_weights.h"
+#include "kernels/cpu/isa.h"
+#include "codec/prng_weights.h"
 #include "codec/weights.h"
 
 namespace mimi::app {
@@ -526,8 +526,8 @@ int App::gen_weights(const std::string& config, const std::string& dialect, uint
   if (dialect == "moshi") d = Dialect::Moshi;
   else if (dialect == "hf") d = Dialect::HuggingFace;
   else throw Error(ErrorKind::Usage, "--dialect must be moshi or hf");
-  const GeneratedWeights w = generate_test_weights(cfg, seed);
-  write_output(out, test_weights_file(w, d, {{"format", "pt"}, {"generator", "mimi gen-weights"}, {"config", config}, {"seed", std::to_string(seed)}}),
+  const GeneratedWeights w = generate_prng_weights(cfg, seed);
+  write_output(out, prng_weights_file(w, d, {{"format", "pt"}, {"generator", "mimi gen-weights"}, {"config", config}, {"seed", std::to_string(seed)}}),
                common_.force);
   if (out != "-") {  // a config.json beside the file makes it loadable without --config
     const std::string cj = (fs::path(out).parent_path() / "config.json").string();

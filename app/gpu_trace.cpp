@@ -15,7 +15,7 @@
 #include "codec/device.h"
 #include "codec/engine.h"
 #include "codec/error.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 #include "codec/weights.h"
 
 namespace mimi::app {
@@ -153,10 +153,10 @@ void emit(OutputFile& out, const std::string& workload, double audio_s, int slot
 }  // namespace
 
 int run_gpu_trace(const GpuTraceOptions& o) {
-  const GeneratedWeights w = generate_test_weights(test_config(o.config), 1);
+  const GeneratedWeights w = generate_prng_weights(test_config(o.config), 1);
   const Config cfg = test_config(o.config);
   auto model = load_model(SafetensorsFile::from_bytes(
-                              std::make_shared<const std::vector<uint8_t>>(test_weights_file(w, Dialect::Moshi)), "prng"),
+                              std::make_shared<const std::vector<uint8_t>>(prng_weights_file(w, Dialect::Moshi)), "prng"),
                           cfg);
   EngineOptions eo;
   eo.kernels = &kTrace;

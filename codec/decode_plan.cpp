@@ -5,7 +5,9 @@
 
 #include "codec/error.h"
 #include "codec/plan.h"
-#include "codec/plan_steps.h"
+#include "codec/layer_steps.h"
+#include "codec/plan_flight.h"
+#include "codec/plan_memory.h"
 
 namespace mimi {
 

@@ -1,4 +1,4 @@
-// The GPU emulator's own promises (kernels/gpu/emulate.h, emulate_runtime.h), in a
+// The GPU emulator's own promises (kernels/gpu/emulator/emulate.h, emulate_runtime.h), in a
 // MIMI_GPU_EMULATE build: poison, barriers and their divergence, launch limits, warp operations
 // at warp 32 and 64 (ctest runs this twice), atomics, graph capture and replay, and the calls a
 // capture refuses. What must abort runs in a child process (this binary with --child NAME).

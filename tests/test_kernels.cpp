@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/ops.h"
 
 using namespace mimi;

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "codec/error.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 #include "codec/weights.h"
 #include "support/golden.h"
 #include "codec/sha256.h"
@@ -51,7 +51,7 @@ std::string load_error(std::vector<uint8_t> bytes, const Config& cfg) {
 
 // A tiny weights file with the tensors rewritten by `edit`.
 std::vector<uint8_t> edited_tiny(const std::function<void(std::vector<TensorToWrite>&)>& edit) {
-  static const GeneratedWeights w = generate_test_weights(test_config("tiny"), 1);
+  static const GeneratedWeights w = generate_prng_weights(test_config("tiny"), 1);
   std::vector<TensorToWrite> t;
   for (size_t i = 0; i < w.specs.size(); ++i) t.push_back({w.specs[i].name, DType::F32, w.specs[i].shape, w.values[i].data()});
   edit(t);
@@ -88,7 +88,7 @@ TEST_CASE("prng: the test vector of WEIGHTS_SPEC.md") {
   CHECK(prng_v(base, 0) == -0.09198451042175293);
   CHECK(prng_v(base, 1) == -0.09712374210357666);
   CHECK(prng_v(base, 2) == -0.94773972034454346);
-  const GeneratedWeights w = generate_test_weights(test_config("tiny"), 1);
+  const GeneratedWeights w = generate_prng_weights(test_config("tiny"), 1);
   REQUIRE(w.specs[0].name == n);
   CHECK(w.values[0][0] == -0.07527249306440353f);
   CHECK(w.values[0][1] == -0.07947801798582077f);
@@ -99,7 +99,7 @@ TEST_CASE("prng: generated weights match the manifests tensor by tensor") {
   for (const std::string config : {"tiny", "tiny-window", "full"}) {
     CAPTURE(config);
     const nlohmann::json manifest = read_json(data_dir() + "/" + config + "/weights_manifest.json");
-    const GeneratedWeights w = generate_test_weights(test_config(config), 1);
+    const GeneratedWeights w = generate_prng_weights(test_config(config), 1);
     const auto& entries = manifest["tensors"];
     REQUIRE(entries.size() == w.specs.size());
     int mismatches = 0;
@@ -126,8 +126,8 @@ TEST_CASE("prng: both dialect files equal the reference weight files") {
     for (Dialect d : {Dialect::Moshi, Dialect::HuggingFace}) {
       CAPTURE(config);
       CAPTURE(dialect_name(d));
-      const GeneratedWeights w = generate_test_weights(test_config(config), 1);
-      const SafetensorsFile mine = SafetensorsFile::from_bytes(bytes_of(test_weights_file(w, d)), "generated");
+      const GeneratedWeights w = generate_prng_weights(test_config(config), 1);
+      const SafetensorsFile mine = SafetensorsFile::from_bytes(bytes_of(prng_weights_file(w, d)), "generated");
       const SafetensorsFile theirs =
           SafetensorsFile::open(data_dir() + "/" + config + "/weights." + dialect_name(d) + ".safetensors");
       REQUIRE(mine.tensors().size() == theirs.tensors().size());
@@ -158,7 +158,7 @@ TEST_CASE("loader: the moshi and hf files load into the same model") {
 }
 
 TEST_CASE("loader: float16 and bfloat16 files load as float32") {
-  const GeneratedWeights w = generate_test_weights(test_config("tiny"), 1);
+  const GeneratedWeights w = generate_prng_weights(test_config("tiny"), 1);
   auto to_f16 = [](float x) {
     _Float16 h = static_cast<_Float16>(x);
     uint16_t b;
@@ -496,7 +496,7 @@ TEST_CASE("loader: NaN or Inf in a weight tensor is refused, naming the tensor")
                    std::string(std::isnan(bad) ? "NaN" : "Inf") + ") at element 3") != std::string::npos);
   }
   // finite float64 values that do not fit float32 become Inf: refused too
-  const GeneratedWeights w = generate_test_weights(tiny, 1);
+  const GeneratedWeights w = generate_prng_weights(tiny, 1);
   std::vector<std::vector<double>> f64(w.specs.size());
   std::vector<TensorToWrite> t;
   for (size_t i = 0; i < w.specs.size(); ++i) {

@@ -23,7 +23,7 @@
 #include <fstream>
 
 #include "codec/error.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 #include "codec/weights.h"
 #include "support/golden.h"
 
@@ -61,7 +61,7 @@ struct TempDir {
 };
 
 std::vector<uint8_t> weights_bytes(Dialect d, uint64_t seed) {
-  return test_weights_file(generate_test_weights(test_config("tiny"), seed), d);
+  return prng_weights_file(generate_prng_weights(test_config("tiny"), seed), d);
 }
 
 void write_file(const std::string& path, const std::vector<uint8_t>& b) {

@@ -1,7 +1,7 @@
 // CPU activations: libmvec vector math (AVX-512/AVX2/SSE by CPU), split across threads.
 #include <cmath>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/ops.h"
 

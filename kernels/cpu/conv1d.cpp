@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/cpu/scratch.h"
 #include "kernels/ops.h"

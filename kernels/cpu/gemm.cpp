@@ -1,5 +1,5 @@
 // CPU GEMM: ISA dispatch and the threaded driver.
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/isa.h"
 
 #include <omp.h>
 

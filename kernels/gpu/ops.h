@@ -32,7 +32,7 @@ void layer_norm_linear(int64_t in, int64_t out, int64_t T, const float* W, const
 int device_count(std::string* why = nullptr);
 void set_device(int index);
 std::string device_name(int index);  // the runtime's name for it; throws Error(Device)
-// True in a MIMI_GPU_EMULATE build: the "device" is the CPU emulator of kernels/gpu/emulate.h.
+// True in a MIMI_GPU_EMULATE build: the "device" is the CPU emulator of kernels/gpu/emulator/emulate.h.
 bool emulated();
 void synchronize();
 // "CUDA" or "HIP": the vendor this backend was compiled for.

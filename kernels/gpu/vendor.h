@@ -5,14 +5,14 @@
 
 //
 // Three branches: nvcc (CUDA), hipcc (MIMI_USE_HIP), and the CPU emulator (MIMI_GPU_EMULATE: the
-// same sources compiled as C++ by the host compiler, kernels/gpu/emulate.h). Kernels launch
+// same sources compiled as C++ by the host compiler, kernels/gpu/emulator/emulate.h). Kernels launch
 // only through MIMI_LAUNCH and declare dynamic shared memory only through MIMI_DYNAMIC_SHARED,
 // so the one source serves all three.
 
 #if defined(MIMI_GPU_EMULATE) && (defined(__CUDACC__) || defined(__HIPCC__))
 #error "MIMI_GPU_EMULATE is for the host C++ compiler, not nvcc/hipcc"
 #elif defined(MIMI_GPU_EMULATE)
-#include "kernels/gpu/emulate.h"
+#include "kernels/gpu/emulator/emulate.h"
 #define gpuError_t cudaError_t
 #define gpuSuccess cudaSuccess
 #define gpuMalloc mimi_emu::Malloc

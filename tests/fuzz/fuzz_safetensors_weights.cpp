@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "codec/engine.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 #include "codec/weights.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_micro.h"

@@ -6,7 +6,7 @@
 
 #include "app/audio_io.h"
 #include "app/mimi_container.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 #include "codec/weights.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_micro.h"
@@ -16,8 +16,8 @@ namespace mimi::fuzz {
 namespace {
 
 Engine* engine_for(const Config& cfg, const char* name) {
-  const GeneratedWeights w = generate_test_weights(cfg, 1);
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(test_weights_file(w, Dialect::Moshi));
+  const GeneratedWeights w = generate_prng_weights(cfg, 1);
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(prng_weights_file(w, Dialect::Moshi));
   auto model = load_model(SafetensorsFile::from_bytes(bytes, name), w.cfg);
   EngineOptions o;
   o.threads = 1;

@@ -11,7 +11,7 @@
 
 #include "app/mimi_container.h"
 #include "app/token_file.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 #include "tests/fuzz/fuzz_micro.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -100,9 +100,9 @@ std::vector<uint16_t> to_half(const std::vector<float>& v, bool bf16) {
 }
 
 void weights_seeds() {
-  const GeneratedWeights w = generate_test_weights(fuzz::micro_config(), 1);
-  put("safetensors_weights", "micro.moshi.safetensors", test_weights_file(w, Dialect::Moshi, {{"seed", "1"}}));
-  put("safetensors_weights", "micro.hf.safetensors", test_weights_file(w, Dialect::HuggingFace));
+  const GeneratedWeights w = generate_prng_weights(fuzz::micro_config(), 1);
+  put("safetensors_weights", "micro.moshi.safetensors", prng_weights_file(w, Dialect::Moshi, {{"seed", "1"}}));
+  put("safetensors_weights", "micro.hf.safetensors", prng_weights_file(w, Dialect::HuggingFace));
   for (bool bf16 : {false, true}) {
     std::vector<std::vector<uint16_t>> half;
     std::vector<TensorToWrite> t;

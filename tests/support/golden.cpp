@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "codec/error.h"
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 
 namespace mimi::test {
 
@@ -41,8 +41,8 @@ std::string reference_weights_path(const std::string& config, Dialect dialect) {
   const auto dir = std::filesystem::temp_directory_path() / ("mimi-test-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / (key + ".safetensors")).string();
-  const GeneratedWeights w = generate_test_weights(test_config(config), 1);
-  write_test_weights(path, w, dialect, {{"config", config}, {"seed", "1"}});
+  const GeneratedWeights w = generate_prng_weights(test_config(config), 1);
+  write_prng_weights(path, w, dialect, {{"config", config}, {"seed", "1"}});
   paths[key] = path;
   static struct Cleanup {
     std::filesystem::path d;

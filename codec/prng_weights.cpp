@@ -1,4 +1,4 @@
-#include "codec/test_weights.h"
+#include "codec/prng_weights.h"
 
 #include <cmath>
 
@@ -62,7 +62,7 @@ TensorRule tensor_rule(const TensorSpec& s, const Config& cfg) {
   throw Error(ErrorKind::Internal, "no PRNG rule for tensor kind " + k);
 }
 
-GeneratedWeights generate_test_weights(const Config& cfg, uint64_t seed) {
+GeneratedWeights generate_prng_weights(const Config& cfg, uint64_t seed) {
   GeneratedWeights w;
   w.cfg = cfg;
   w.specs = mimi_tensor_specs(cfg);
@@ -85,7 +85,7 @@ GeneratedWeights generate_test_weights(const Config& cfg, uint64_t seed) {
   return w;
 }
 
-std::vector<uint8_t> test_weights_file(const GeneratedWeights& w, Dialect dialect,
+std::vector<uint8_t> prng_weights_file(const GeneratedWeights& w, Dialect dialect,
                                        const std::map<std::string, std::string>& metadata) {
   std::vector<TensorToWrite> out;
   std::vector<std::vector<float>> split;  // storage for permuted q/k/v
@@ -114,9 +114,9 @@ std::vector<uint8_t> test_weights_file(const GeneratedWeights& w, Dialect dialec
   return safetensors_bytes(out, metadata);
 }
 
-void write_test_weights(const std::string& path, const GeneratedWeights& w, Dialect dialect,
+void write_prng_weights(const std::string& path, const GeneratedWeights& w, Dialect dialect,
                         const std::map<std::string, std::string>& metadata) {
-  write_bytes(path, test_weights_file(w, dialect, metadata));
+  write_bytes(path, prng_weights_file(w, dialect, metadata));
 }
 
 }  // namespace mimi

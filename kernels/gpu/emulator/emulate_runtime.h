@@ -1,4 +1,4 @@
-// The GPU emulator's runtime API (the second half of kernels/gpu/emulate.h, which includes it):
+// The GPU emulator's runtime API (the second half of kernels/gpu/emulator/emulate.h, which includes it):
 // device memory, copies, device queries, errors, streams, events and graph capture.
 //
 //   - Device memory is host memory (malloc), filled with NaN when fresh; every device-side range

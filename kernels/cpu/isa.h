@@ -1,4 +1,5 @@
-// CPU GEMM internals shared by the CPU kernels (not part of the public op contract).
+// CPU kernel internals shared by the CPU kernels (not part of the public op contract): the GEMM
+// entry points and the per-ISA micro-kernel and elementwise tables.
 #pragma once
 
 #include <cstdint>

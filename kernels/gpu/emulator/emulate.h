@@ -617,7 +617,7 @@ inline void* dynamic_shared() {
 
 }  // namespace mimi_emu
 
-#include "kernels/gpu/emulate_runtime.h"  // memory, copies, streams, graph capture
+#include "kernels/gpu/emulator/emulate_runtime.h"  // memory, copies, streams, graph capture
 
 inline void __syncthreads() { mimi_emu::sync_threads(); }
 inline const int warpSize = mimi_emu::warp_size();

@@ -30,13 +30,13 @@ struct GeneratedWeights {
   std::vector<std::vector<float>> values;   // one per spec, row-major
 };
 
-GeneratedWeights generate_test_weights(const Config& cfg, uint64_t seed);
+GeneratedWeights generate_prng_weights(const Config& cfg, uint64_t seed);
 
 // The file in the requested dialect (HF: renamed, in_proj split and q/k permuted as
 // transformers' converter does). `metadata` goes into __metadata__.
-std::vector<uint8_t> test_weights_file(const GeneratedWeights& w, Dialect dialect,
+std::vector<uint8_t> prng_weights_file(const GeneratedWeights& w, Dialect dialect,
                                        const std::map<std::string, std::string>& metadata = {});
-void write_test_weights(const std::string& path, const GeneratedWeights& w, Dialect dialect,
+void write_prng_weights(const std::string& path, const GeneratedWeights& w, Dialect dialect,
                         const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace mimi

@@ -1,0 +1,46 @@
+// The building blocks of the encode and decode plans (codec/plan.h): one streaming step of each
+// layer kind, written once on the Kernels table so every backend runs the same plan. Internal to
+// codec/ (layer_steps.cpp, encode_plan.cpp, decode_plan.cpp).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/model.h"
+#include "codec/plan.h"
+#include "codec/profile.h"
+
+namespace mimi::plan_detail {
+
+inline const float* opt(const Tensor& t) { return t.empty() ? nullptr : t.data; }
+
+// y [Cout, T/stride] = conv(x [Cin, T]) continuing the stream in `st` (its causal left context);
+// `accumulate` adds into y (residual), `elu_input` applies ELU to every input the conv reads.
+// Returns T_out.
+int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x, int64_t T, float* y,
+                  StageTimer& t, bool accumulate = false, bool elu_input = false);
+// y [Cout, T*stride] = convtr(x [Cin, T]) plus the overlap carried in `st`. Returns T*stride.
+int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const float* x, int64_t T, float* y,
+                    Scratch& s, StageTimer& t);
+// x [C, T] += conv2(ELU(conv1(ELU(x)))); s.c holds the hidden activation.
+void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x, int64_t C, int64_t T, Scratch& s,
+                   StageTimer& t);
+
+// One stream's columns of a batched [D, T_total] signal, its transformer state and its position
+// in device memory (upload_positions).
+struct TfSegment {
+  int64_t offset = 0, length = 0;
+  TransformerState* state = nullptr;
+  const int32_t* position = nullptr;
+};
+// x [D, T_total] through the transformer layers in place: the norms, projections and MLP on all
+// columns at once, RoPE and attention per segment against its own key/value window. Device work
+// only: the states' counters move on in advance_slots(), after the step (a replayed step skips this
+// host code, codec/step_graph.h).
+void transformer_step(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
+                      const std::vector<TfSegment>& segments, float* x, int64_t T_total, Scratch& s, StageTimer& t);
+
+}  // namespace mimi::plan_detail
