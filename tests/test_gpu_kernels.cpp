@@ -16,28 +16,13 @@
 
 #include "kernels/gpu/ops.h"
 #include "kernels/ops.h"
+#include "support/rng.h"
 
 
 using namespace mimi;
+using namespace mimi::testing;
 
 namespace {
-
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  float uniform(float lo, float hi) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return lo + (hi - lo) * float(s >> 40) / 16777216.0f;
-  }
-};
-
-std::vector<float> random_vec(size_t n, Rng& r, float lo = -1, float hi = 1) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = r.uniform(lo, hi);
-  return v;
-}
 
 struct Dev {  // a device copy of a host vector
   float* p = nullptr;

@@ -17,22 +17,15 @@
 #include <vector>
 
 #include "codec/device.h"
+#include "support/rng.h"
 
 namespace mimi::optest {
 
 // Inputs: uniform floats in [lo, hi), or small integers (every sum of products of them is exact
 // in float32 whatever the order, so the backend must equal the reference bit for bit).
-struct Rng {
-  uint64_t s;
+struct Rng : testing::Rng {
   bool integer = false;
-  Rng(uint64_t seed, bool integer_values) : s(seed * 0x9E3779B97F4A7C15ull + 1), integer(integer_values) {}
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  float uniform(float lo, float hi) { return lo + (hi - lo) * float(next() >> 40) / 16777216.0f; }
+  Rng(uint64_t seed, bool integer_values) : testing::Rng(seed), integer(integer_values) {}
   std::vector<float> vec(size_t n, float lo = -1, float hi = 1);  // integers in [-3, 3] when integer
 };
 
