@@ -7,6 +7,9 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <shared_mutex>
 
 #include "app/file_io.h"
 #include "app/pcm_stream.h"
@@ -97,6 +100,26 @@ sf_count_t in_write(const void*, sf_count_t, void*) { return 0; }
 sf_count_t in_tell(void* u) { return static_cast<FdFile*>(u)->pos; }
 SF_VIRTUAL_IO in_vio() { return SF_VIRTUAL_IO{in_len, in_seek, in_read, in_write, in_tell}; }
 
+// libsndfile keeps the error of a failed open in one process-wide variable, which every open
+// resets: read after a failure while another thread opens a good file, it says "No Error." (a
+// plan probing headers on several threads recorded that text against a bad file, and the plan's
+// bytes changed from run to run). Every open goes through here: opens run side by side under a
+// shared lock; a failed one is tried again from the start under the exclusive lock, so the text
+// read is this file's. Opens are attempted with fresh state by `attempt` (the stream positions
+// rewound).
+std::shared_mutex g_sf_open;
+
+SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::string& why) {
+  {
+    std::shared_lock<std::shared_mutex> shared(g_sf_open);
+    if (SNDFILE* f = attempt()) return f;
+  }
+  std::unique_lock<std::shared_mutex> alone(g_sf_open);
+  SNDFILE* f = attempt();
+  if (!f) why = sf_strerror(nullptr);
+  return f;
+}
+
 }  // namespace
 
 void check_layout(int rate, int channels, const std::string& what) {
@@ -113,8 +136,15 @@ AudioInfo probe_audio(const std::vector<uint8_t>& bytes, const std::string& what
   m.in = &bytes;
   SF_INFO info{};
   SF_VIRTUAL_IO io = vio();
-  SNDFILE* f = sf_open_virtual(&io, SFM_READ, &info, &m);
-  if (!f) throw Error(ErrorKind::Input, what + ": cannot read audio: " + sf_strerror(nullptr));
+  std::string why;
+  SNDFILE* f = sf_open_with_error(
+      [&] {
+        m.pos = 0;
+        info = SF_INFO{};
+        return sf_open_virtual(&io, SFM_READ, &info, &m);
+      },
+      why);
+  if (!f) throw Error(ErrorKind::Input, what + ": cannot read audio: " + why);
   sf_close(f);
   check_layout(info.samplerate, info.channels, what);
   return {info.samplerate, info.channels, int64_t(info.frames)};
@@ -163,6 +193,17 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   SF_INFO info{};
   struct stat st{};
   int fd = 0;
+  std::string why;  // libsndfile's words when no open succeeds
+  auto open_read = [&](auto* source) {
+    return sf_open_with_error(
+        [&] {
+          source->pos = 0;
+          if constexpr (requires { source->err; }) source->err = 0;
+          info = SF_INFO{};
+          return sf_open_virtual(&impl_->io, SFM_READ, &info, source);
+        },
+        why);
+  };
   if (path != "-") {
     if (::stat(path.c_str(), &st) != 0) throw sys_error(errno, ErrorKind::Input, path, "cannot open");
     if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::Input, path + ": is a directory");
@@ -210,7 +251,7 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
     if (whole) close_open_ended(impl_->bytes, *whole);
     impl_->mem.in = &impl_->bytes;
     impl_->io = vio();
-    impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->mem);
+    impl_->f = open_read(&impl_->mem);
   } else {
     fd = open_input(path);
     impl_->fd = fd;
@@ -224,19 +265,18 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
   if (how == OpenEnded::Whole) {  // an open-ended WAV file read whole (adopt_open_ended_wav)
     impl_->mem.in = &impl_->bytes;
     impl_->io = vio();
-    impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->mem);
+    impl_->f = open_read(&impl_->mem);
   } else if (!streamed_input) {
     impl_->file.fd = fd;
     impl_->file.size = sf_count_t(st.st_size);
     impl_->io = in_vio();
-    impl_->f = sf_open_virtual(&impl_->io, SFM_READ, &info, &impl_->file);
+    impl_->f = open_read(&impl_->file);
     if (impl_->file.err) {
       if (impl_->f) sf_close(impl_->f), impl_->f = nullptr;
       throw sys_error(impl_->file.err, ErrorKind::Input, path, "read failed");
     }
   }
   if (!impl_->f) {
-    std::string why = sf_strerror(nullptr);
     uint8_t magic[12] = {0};
     const bool wav = impl_->fd >= 0 && ::pread(impl_->fd, magic, 12, 0) == 12 && looks_like_wav(magic, 12);
     if (path != "-" && S_ISREG(st.st_mode) && wav) {  // a WAV libsndfile refuses: say what in its header is wrong
@@ -554,8 +594,13 @@ AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bo
   info.samplerate = rate;
   info.channels = 1;
   info.format = major | sub;
-  impl_->f = sf_open_virtual(&impl_->io, SFM_WRITE, &info, &impl_->sink);
-  if (!impl_->f) throw Error(ErrorKind::Output, path + ": cannot write audio: " + sf_strerror(nullptr));
+  std::string why;
+  {  // an output's open writes its header: not tried twice, but alone, so the error read is its own
+    std::unique_lock<std::shared_mutex> alone(g_sf_open);
+    impl_->f = sf_open_virtual(&impl_->io, SFM_WRITE, &info, &impl_->sink);
+    if (!impl_->f) why = sf_strerror(nullptr);
+  }
+  if (!impl_->f) throw Error(ErrorKind::Output, path + ": cannot write audio: " + why);
   if (fmt != SampleFormat::F32) sf_command(impl_->f, SFC_SET_CLIPPING, nullptr, SF_TRUE);  // clip, don't wrap
   // no PEAK chunk in float WAVs: it carries the wall-clock time, so the same codes would give
   // other bytes on every run

@@ -41,6 +41,9 @@ TokenFile read_token_input(const std::string& path, bool recover) {
       read_input(path, [&](const uint8_t* p, size_t n) { check_token_prefix(declared, p, n, what); });
   const std::optional<TokenFormat> f = declared ? declared : sniff_format(bytes);
   if (!f) throw Error(ErrorKind::Input, what + ": unknown token file format (use .mimi, .npy, .safetensors or .txt)");
+  if (recover && (*f == TokenFormat::Npy || *f == TokenFormat::Safetensors))  // said, never silently ignored
+    spdlog::warn("{}: --recover does nothing for a {} file (one whole array: there is no good prefix to keep); "
+                 "read as it is", what, format_name(*f));
   TokenFile t = read_tokens(bytes, *f, what, recover);
   if (!t.complete) spdlog::warn("{}: {}; using the {} good frames", what, t.damage, t.codes.frames);
   return t;

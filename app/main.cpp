@@ -185,19 +185,46 @@ const char* kExitCodes =
     "nothing half-written is left). With several\n"
     "inputs, a failing input is reported and the rest still run; the exit code is that of the first failure.";
 
-void add_common(CLI::App* sub, Common& c) {
-  sub->add_option("--weights", c.weights, "Weights: model.safetensors (kyutai/mimi) or moshi's tokenizer checkpoint, "
-                                          "or a directory holding one [default: $MIMI_WEIGHTS, then the HF cache]");
-  sub->add_option("--config", c.config, "Model config JSON (HF MimiConfig or moshi style) [default: config.json "
-                                        "beside the weights, else the official Mimi]");
-  sub->add_option("--device", c.device, "cpu, cuda[:i] or hip[:i] (ref = the slow naive kernels)")->capture_default_str();
-  sub->add_option("--threads", c.threads, "CPU threads (0 = the CPUs this process may use)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1024));
-  sub->add_flag("--json", c.json, "One JSON object per processed file on stdout");
-  sub->add_flag("-q,--quiet", c.quiet, "Only errors on stderr");
-  sub->add_flag("-v,--verbose", c.verbose, "More detail on stderr (repeat for more)");
-  sub->add_flag("-f,--force", c.force, "Overwrite existing outputs");
+// The options every command could share; a command registers only those it acts on, so one it
+// ignores (`info --device`, `convert --threads`) is an unknown option (exit 2), never a no-op.
+enum CommonOption : unsigned {
+  kWeightsOpt = 1, kConfigOpt = 2, kDeviceOpt = 4, kThreadsOpt = 8, kJsonOpt = 16, kQuietOpt = 32, kVerboseOpt = 64,
+  kForceOpt = 128,
+  kAllCommon = 255,
+};
+
+void add_common(CLI::App* sub, Common& c, unsigned which = kAllCommon) {
+  if (which & kWeightsOpt)
+    sub->add_option("--weights", c.weights, "Weights: model.safetensors (kyutai/mimi) or moshi's tokenizer checkpoint, "
+                                            "or a directory holding one [default: $MIMI_WEIGHTS, then the HF cache]");
+  if (which & kConfigOpt)
+    sub->add_option("--config", c.config, "Model config JSON (HF MimiConfig or moshi style) [default: config.json "
+                                          "beside the weights, else the official Mimi]");
+  if (which & kDeviceOpt)
+    sub->add_option("--device", c.device, "cpu, cuda[:i] or hip[:i] (ref = the slow naive kernels)")->capture_default_str();
+  if (which & kThreadsOpt)
+    sub->add_option("--threads", c.threads, "CPU threads (0 = the CPUs this process may use)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 1024));
+  if (which & kJsonOpt) sub->add_flag("--json", c.json, "One JSON object per processed file on stdout");
+  if (which & kQuietOpt) sub->add_flag("-q,--quiet", c.quiet, "Only errors on stderr");
+  if (which & kVerboseOpt) sub->add_flag("-v,--verbose", c.verbose, "More detail on stderr (repeat for more)");
+  if (which & kForceOpt) sub->add_flag("-f,--force", c.force, "Overwrite existing outputs");
+}
+
+// An option given where the configuration chosen gives it nothing to do is refused by name
+// (exit 2), never silently ignored: {the option, whether it acts here, what it needs}. Checked
+// after parsing, when every value is known (CLI11's needs() sees presence only: `--batch 1
+// --readers 3` has --batch and still no reader threads).
+struct ActsOnlyIf {
+  CLI::Option* option;
+  bool acts;
+  const char* needs;
+};
+void refuse_inert(std::initializer_list<ActsOnlyIf> rules) {
+  for (const ActsOnlyIf& r : rules)
+    if (r.option->count() > 0 && !r.acts)
+      throw CLI::ValidationError(r.option->get_name(), std::string("does nothing here: it needs ") + r.needs);
 }
 
 void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
@@ -213,13 +240,21 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
 // options named here: every other option of the command given with --stream is refused by name
 // (CLI11's excludes, exit 2), so an option added to a command later is refused in the stream mode
 // until that mode honours it, never silently ignored there.
+// The --stream option's help lists what it honours from the same list, so the two cannot disagree.
 void stream_honours(CLI::App* sub, CLI::Option* stream, std::initializer_list<const char*> honoured) {
+  std::string listed;
   for (CLI::Option* opt : sub->get_options()) {
     if (opt == stream || opt->check_name("--help")) continue;
     bool ok = false;
     for (const char* name : honoured) ok = ok || opt->check_name(name);
     if (!ok) opt->excludes(stream);
+    else if (!opt->get_positional() && !opt->check_name("--weights") && !opt->check_name("--config") &&
+             !opt->check_name("--device") && !opt->check_name("--threads") && !opt->check_name("--json") &&
+             !opt->check_name("--quiet") && !opt->check_name("--verbose") && !opt->check_name("--force"))
+      listed += (listed.empty() ? "" : ", ") + opt->get_name();
   }
+  stream->description(stream->get_description() + "; honours " + listed +
+                      " and the common options (--weights ... --force), refuses the rest (exit 2)");
 }
 // the options of add_common, which every mode honours
 #define MIMI_COMMON_OPTIONS "--weights", "--config", "--device", "--threads", "--json", "--quiet", "--verbose", "--force"
@@ -288,8 +323,7 @@ int run_main(int argc, char** argv) {
       ->check(CLI::Range(0, 64));
   CLI::Option* enc_stream = e->add_flag("--stream", enc.stream,
               "Real-time pipe mode: read PCM as it arrives (WAV, or raw with --raw-format) and write each "
-              "frame's codes (.mimi chunk or text line) as soon as it is complete; "
-              "honours -o, --n-q, --format (mimi, text) and --raw-*, refuses the rest");
+              "frame's codes (.mimi chunk or text line) as soon as it is complete (--format mimi or text)");
   CLI::Option* raw_format =
       e->add_option("--raw-format", enc.raw_format, "Headerless input PCM for --stream: s16le, s24le, s32le, f32le")
           ->check(CLI::IsMember({"s16le", "s24le", "s32le", "f32le"}));
@@ -323,8 +357,8 @@ int run_main(int argc, char** argv) {
   CLI::Option* dec_stream =
       d->add_flag("--stream", dec.stream,
                   "Real-time pipe mode: decode a .mimi or text token stream frame by frame as it arrives "
-                  "(WAV with an open-ended header on pipes, or raw with --raw-format; whole frames, no trimming); "
-                  "honours -o, --n-q, --sample-format, --sample-rate, --recover, --allow-weights-mismatch");
+                  "(WAV with an open-ended header on pipes, or raw with --raw-format; whole frames, never "
+                  "trimmed: as --no-trim)");
   CLI::Option* dec_raw = d->add_option("--raw-format", dec.raw_format,
                                        "Headerless output PCM for --stream: s16le or f32le (instead of --sample-format)")
                              ->check(CLI::IsMember({"s16le", "f32le"}));
@@ -346,7 +380,7 @@ int run_main(int argc, char** argv) {
   i->add_option("files", info_files,
                 "Token, weights or audio files: one JSON object (pretty), several: one JSON array of them; with "
                 "--json one object per line (JSON Lines)");
-  add_common(i, common);
+  add_common(i, common, kConfigOpt | kJsonOpt | kQuietOpt | kVerboseOpt);  // --config: for a weights file's description
 
   CLI::App* c = app.add_subcommand("convert", "Convert a token file to another token format (lossless)");
   c->add_option("input", conv.input, "Token file")->required();
@@ -354,7 +388,7 @@ int run_main(int argc, char** argv) {
   c->add_option("--format", conv.format, "mimi, npy, safetensors, text [default: by output extension]")
       ->check(CLI::IsMember({"mimi", "npy", "safetensors", "text", "txt"}));
   c->add_flag("--recover", conv.recover, "Convert the good prefix of a damaged .mimi or text token file");
-  add_common(c, common);
+  add_common(c, common, kJsonOpt | kQuietOpt | kVerboseOpt | kForceOpt);  // no model: nothing to load or run
 
   GpuTraceOptions trace;
   CLI::App* gt = app.add_subcommand("gpu-trace", "The ops the GPU plans launch, with shapes, as JSON Lines for "
@@ -491,6 +525,10 @@ int run_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
     refuse_empty_values(app);
+    const bool bench_on_gpu = bench.device.rfind("cuda", 0) == 0 || bench.device.rfind("hip", 0) == 0;
+    refuse_inert({{e->get_option("--readers"), enc.batch > 1, "--batch N with N > 1 (its threads read ahead for the slots)"},
+                  {de->get_option("--readers"), ds_enc.batch > 1, "--batch N with N > 1 (its threads read ahead for the slots)"},
+                  {b->get_option("--no-graphs"), bench_on_gpu, "a GPU --device (the CPU runs no graphs)"}});
   } catch (const CLI::ParseError& err) {
     const int rc = app.exit(err);  // --help, --version, or the usage error
     if (rc != 0) hint_dash_names(argc, argv);

@@ -29,32 +29,6 @@ using namespace mimi::test;
 
 namespace {
 
-struct HelpOption {
-  std::string name;   // the long name (or the only name)
-  std::string value;  // a valid value when it takes one, else empty
-};
-
-// The options a subcommand's --help lists, with a value each one accepts.
-std::vector<HelpOption> help_options(const Sandbox& box, const std::string& cmd) {
-  const Run r = box.sh("mimi " + cmd + " --help");
-  REQUIRE(r.code == 0);
-  std::vector<HelpOption> out;
-  const std::regex line(R"(^\s+(?:-\w,)?(--[a-z0-9-]+)(?:\s+([A-Z]+)(?::\{([a-z0-9,]+)\})?)?)");
-  std::istringstream in(r.out);
-  for (std::string l; std::getline(in, l);) {
-    std::smatch m;
-    if (!std::regex_search(l, m, line) || m[1] == "--help") continue;
-    HelpOption o{m[1], ""};
-    if (m[2].matched) {
-      const std::string type = m[2];
-      if (m[3].matched) o.value = std::string(m[3]).substr(0, std::string(m[3]).find(','));
-      else o.value = type == "TEXT" ? "x" : "2";
-    }
-    out.push_back(o);
-  }
-  return out;
-}
-
 // A JSON number written by nlohmann (a double) made a little larger, still a valid number.
 std::string json_number_plus(const std::string& v) {
   char b[64];

@@ -219,10 +219,10 @@ int encode_shard(const EncodeShardOptions& o) {
   std::string stale;
   json done = read_done(paths, &stale, nullptr, &plan);
   if (!stale.empty()) spdlog::warn("{}; encoding the shard again", stale);  // (as status lists it, naming why)
-  if (!done.is_null() && !(o.retry_errors && done.value("errors", 0) > 0)) {
-    spdlog::info("{}: already done ({} items, {} errors); nothing to do", name, done.value("items", 0), done.value("errors", 0));
-    return 0;
-  }
+  // The weights, config and device are checked before a done shard is called done: a run that would
+  // be refused on an unfinished shard (other weights: exit 4; no such device: 6) is refused on a
+  // finished one too, so an array re-run with the wrong model fails everywhere, not only where
+  // work was left (a model load per done shard is the price).
   EngineSpec spec = o.engine;
   spec.parts = {.encoder = true, .decoder = false};
   LoadedEngine le = make_engine(spec);
@@ -231,6 +231,10 @@ int encode_shard(const EncodeShardOptions& o) {
     throw Error(ErrorKind::Usage, "--n-q must be 1.." + std::to_string(eng.config().n_q));
   const json dsj = dataset_json(o, plan, eng);
   ensure_dataset_json(o.out, dsj);
+  if (!done.is_null() && !(o.retry_errors && done.value("errors", 0) > 0)) {
+    spdlog::info("{}: already done ({} items, {} errors); nothing to do", name, done.value("items", 0), done.value("errors", 0));
+    return 0;
+  }
   const int rate = eng.config().sample_rate;
   const json header = journal_header(shard, dsj);  // (status holds a journal to the same one)
   if (!done.is_null()) reopen_for_retry(paths);

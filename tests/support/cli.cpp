@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "app/mimi_container.h"
@@ -349,6 +351,27 @@ void check_sane(const Run& r, bool signal_ok) {
 unsigned test_seed(unsigned fallback) {
   const char* s = std::getenv("MIMI_TEST_SEED");
   return s && *s ? unsigned(std::strtoul(s, nullptr, 10)) : fallback;
+}
+
+
+std::vector<HelpOption> help_options(const Sandbox& box, const std::string& cmd) {
+  const Run r = box.sh("mimi " + cmd + " --help");
+  REQUIRE(r.code == 0);
+  std::vector<HelpOption> out;
+  const std::regex line(R"(^\s+(?:-\w,)?(--[a-z0-9-]+)(?:\s+([A-Z]+)(?=[\s:]|$)(?::\{([a-z0-9,]+)\})?)?)");
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    std::smatch m;
+    if (!std::regex_search(l, m, line) || m[1] == "--help") continue;
+    HelpOption o{m[1], ""};
+    if (m[2].matched) {
+      const std::string type = m[2];
+      if (m[3].matched) o.value = std::string(m[3]).substr(0, std::string(m[3]).find(','));
+      else o.value = type == "TEXT" ? "x" : "2";
+    }
+    out.push_back(o);
+  }
+  return out;
 }
 
 }  // namespace mimi::test

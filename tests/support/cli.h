@@ -72,6 +72,14 @@ struct Sandbox {
   fs::path capture_;  // <dir>.capture/: stdout and stderr files
 };
 
+// The options `mimi CMD --help` lists, each with a value it accepts (the first of a choice list,
+// "x" for text, "2" for numbers), so a sweep covers options added later.
+struct HelpOption {
+  std::string name;   // the long name (or the only name)
+  std::string value;  // a valid value when it takes one, else empty
+};
+std::vector<HelpOption> help_options(const Sandbox& box, const std::string& cmd);
+
 // Starts `mimi args...` in `cwd` (own process group, stdin /dev/null, stdout to out_file, stderr
 // to err_file), with MIMI_WEIGHTS = weights. Returns the child's pid.
 pid_t spawn_mimi(const fs::path& cwd, const std::vector<std::string>& args, const std::string& weights,

@@ -1,0 +1,205 @@
+// The ninth fresh probe's findings (issue 26), each swept as the class it belongs to:
+//   - libsndfile's error of a failed open is process-wide state: read while other threads open
+//     files, it named another file's outcome ("No Error."), and a plan recorded it. Every failed
+//     open's message must be its own file's however many threads open files, and a plan of the
+//     same corpus the same bytes every time.
+//   - an early exit must check what a full run checks: a finished shard said "already done"
+//     (exit 0) to other, missing or unusable weights and devices.
+//   - an option given where it can do nothing is refused by name (exit 2), never ignored: the
+//     common options a command does not act on, --readers without a batch, --no-graphs on the
+//     CPU; --recover on a whole-array format says it does nothing; the --stream help lists exactly
+//     the options the stream mode accepts.
+#include <doctest/doctest.h>
+#include <sndfile.h>
+
+#include <algorithm>
+#include <atomic>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/audio_io.h"
+#include "codec/error.h"
+#include "support/cli.h"
+
+using namespace mimi::test;
+
+namespace {
+
+// The message AudioReader gives for `path`, or "" when it opens.
+std::string open_error(const std::string& path) {
+  try {
+    mimi::app::AudioReader r(path);
+    return "";
+  } catch (const mimi::Error& e) {
+    return e.what();
+  }
+}
+
+const std::vector<std::string> kCommon = {"--weights", "--config", "--device", "--threads",
+                                          "--json",    "--quiet",  "--verbose", "--force"};
+
+}  // namespace
+
+TEST_CASE("classes: a failed audio open names its own file's error, whatever other threads open") {
+  Sandbox box("clsp9open");
+  // bad inputs of several kinds libsndfile refuses with different words, between good ones
+  const std::vector<std::string> bad = {"garbage.wav", "empty.wav", "text.flac", "zeros.ogg", "short.wav"};
+  box.put("garbage.wav", "garbage\n");
+  box.put("empty.wav", "");
+  box.put("text.flac", std::string(300, 'x'));
+  box.put("zeros.ogg", std::string(4096, '\0'));
+  box.put("short.wav", make_wav({}).substr(0, 20));
+  std::vector<std::string> good;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "good" + std::to_string(i) + ".wav";
+    write_wav(box / name, tone(2400 * (i + 1), 1 + i % 2, 24000), 24000, 1 + i % 2, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+    good.push_back((box / name).string());
+  }
+  std::vector<std::string> alone;  // each bad file's message, opened with nobody else opening
+  for (const std::string& b : bad) {
+    alone.push_back(open_error((box / b).string()));
+    CHECK_MESSAGE(!alone.back().empty(), b);
+    CHECK(alone.back().find("No Error") == std::string::npos);
+  }
+  std::atomic<int> differ{0}, good_failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 150; ++i) {
+        if ((i + t) % 2) {
+          good_failed += !open_error(good[size_t(i + t) % good.size()]).empty();
+        } else {
+          const size_t k = size_t(i / 2 + t) % bad.size();
+          differ += open_error((box / bad[k]).string()) != alone[k];
+        }
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  CHECK(differ == 0);
+  CHECK(good_failed == 0);
+
+  // the plan of a corpus with bad files among good ones: the same bytes every time
+  REQUIRE(box.sh("mkdir c && cp good*.wav garbage.wav text.flac zeros.ogg c/ && for i in 1 2 3 4 5 6; do "
+                 "cp good0.wav c/more$i.wav; cp garbage.wav c/bad$i.wav; done")
+              .code == 0);
+  std::set<std::string> plans;
+  for (int i = 0; i < 6; ++i) {
+    const Run r = box.sh("rm -rf p && mimi dataset plan c -o p --shards 2 --skip-bad --probe-threads 8 -q");
+    REQUIRE_MESSAGE(r.code == 0, r.err);
+    plans.insert(box.get("p/plan.json") + box.get("p/skipped.txt"));
+    CHECK(box.get("p/skipped.txt").find("No Error") == std::string::npos);
+  }
+  CHECK(plans.size() == 1);
+}
+
+TEST_CASE("classes: a finished shard is checked like any other before it is called done") {
+  Sandbox box("clsp9done");
+  for (int i = 0; i < 3; ++i)
+    write_wav(box / ("a" + std::to_string(i) + ".wav"), tone(4800, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mkdir c && mv a*.wav c/ && mimi dataset plan c -o p --shards 1 -q").code == 0);
+  REQUIRE(box.sh("mimi dataset encode --plan p --shard 0/1 -o o -q").code == 0);
+  REQUIRE(box.sh("mkdir w2 && mimi gen-weights --seed 7 -o w2/model.safetensors -q").code == 0);
+  const Listing listing = list_tree(box / "o");
+  struct Case {
+    std::string args;
+    int code;
+  };
+  for (const Case& c : {Case{"--weights w2/model.safetensors", 4}, Case{"--weights missing.safetensors", 4},
+                        Case{"--config w2/config.json --weights w2/model.safetensors", 4}, Case{"--device cuda:63", 6},
+                        Case{"--device hip:7", 6}, Case{"--n-q 4", 2}, Case{"", 0}, Case{"--batch 3", 0}}) {
+    const Run r = box.sh("mimi dataset encode --plan p --shard 0/1 -o o " + c.args);
+    CAPTURE(c.args);
+    CAPTURE(r.err);
+    check_sane(r);
+    CHECK(r.code == c.code);
+    CHECK((r.err.find("already done") != std::string::npos) == (c.code == 0));
+    CHECK(list_tree(box / "o") == listing);  // nothing written either way
+  }
+}
+
+TEST_CASE("classes: an option given where it can do nothing is refused by name") {
+  Sandbox box("clsp9inert");
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o in.mimi -q && mimi convert in.mimi -o in.npy -q && "
+                 "mimi convert in.mimi -o in.safetensors -q && mimi convert in.mimi -o in.txt -q")
+              .code == 0);
+  // the common options a command does not list are unknown to it; those it lists are accepted
+  const std::vector<HelpOption> enc = help_options(box, "encode");
+  int refused = 0;
+  for (const auto& [cmd, args] : {std::pair<std::string, std::string>{"info", "in.mimi"}, {"convert", "in.mimi -o o.npy -f"}}) {
+    const std::vector<HelpOption> own = help_options(box, cmd);
+    for (const HelpOption& o : enc) {
+      if (std::find(kCommon.begin(), kCommon.end(), o.name) == kCommon.end()) continue;
+      const bool listed = std::any_of(own.begin(), own.end(), [&](const HelpOption& h) { return h.name == o.name; });
+      const std::string value = o.name == "--weights" ? box.weights : o.name == "--config" ? "x.json" : o.value;
+      const Run r = box.sh("mimi " + cmd + " " + args + " " + o.name + (value.empty() ? "" : " " + value) + " > /dev/null");
+      CAPTURE(cmd);
+      CAPTURE(o.name);
+      CAPTURE(r.err);
+      check_sane(r);
+      if (listed) {
+        if (o.name != "--config") CHECK(r.code == 0);  // (a missing config matters to weights files only)
+      } else {
+        CHECK(r.code == 2);
+        CHECK(r.err.find(o.name) != std::string::npos);
+        ++refused;
+      }
+    }
+  }
+  CHECK(refused >= 6);  // info: --weights --device --threads --force; convert: --weights --config --device --threads
+
+  // options that act only with another's value
+  struct Case {
+    std::string cmd;
+    int code;
+    std::string named;
+  };
+  REQUIRE(box.sh("mkdir c && cp in.wav c/ && mimi dataset plan c -o p --shards 1 -q").code == 0);
+  for (const Case& c : {Case{"mimi encode in.wav -o r1.mimi --readers 3", 2, "--readers"},
+                        Case{"mimi encode in.wav -o r2.mimi --batch 1 --readers 0", 2, "--readers"},
+                        Case{"mimi encode in.wav -o r3.mimi --batch 2 --readers 3", 0, ""},
+                        Case{"mimi dataset encode --plan p --shard 0/1 -o o1 --readers 2", 2, "--readers"},
+                        Case{"mimi dataset encode --plan p --shard 0/1 -o o2 --batch 2 --readers 2", 0, ""},
+                        Case{"mimi bench --seconds 0.2 --runs 1 --latency-frames 0 --weights " + box.weights + " --no-graphs", 2,
+                             "--no-graphs"},
+                        Case{"mimi bench --seconds 0.2 --runs 1 --latency-frames 0 --weights " + box.weights +
+                                 " --device ref --no-graphs",
+                             2, "--no-graphs"}}) {
+    const Run r = box.sh(c.cmd + " > /dev/null");
+    CAPTURE(c.cmd);
+    CAPTURE(r.err);
+    check_sane(r);
+    CHECK(r.code == c.code);
+    if (!c.named.empty()) CHECK(r.err.find(c.named) != std::string::npos);
+  }
+  CHECK(!fs::exists(box / "r1.mimi"));
+  CHECK(!fs::exists(box / "o1"));
+
+  // --recover says it does nothing for the whole-array formats, and stays silent where it acts
+  for (const std::string x : {"npy", "safetensors", "mimi", "txt"}) {
+    const Run r = box.sh("mimi decode in." + x + " -o d." + x + ".wav --recover");
+    CAPTURE(x);
+    CHECK(r.code == 0);
+    CHECK((r.err.find("--recover does nothing") != std::string::npos) == (x == "npy" || x == "safetensors"));
+  }
+
+  // the --stream help lists exactly the options the stream mode accepts (besides the common ones)
+  for (const auto& [cmd, input] : {std::pair<std::string, std::string>{"encode", "in.wav"}, {"decode", "in.mimi"}}) {
+    const Run help = box.sh("mimi " + cmd + " --help");
+    const size_t at = help.out.find("honours ");
+    REQUIRE(at != std::string::npos);
+    const std::string said = help.out.substr(at, help.out.find(" and the common options", at) - at);
+    for (const HelpOption& o : help_options(box, cmd)) {
+      if (o.name == "--stream" || std::find(kCommon.begin(), kCommon.end(), o.name) != kCommon.end()) continue;
+      const bool listed = std::regex_search(said, std::regex("(^| )" + o.name + "(,|$)"));
+      const Run r = box.sh("mimi " + cmd + " --stream " + input + " -o out.bin -f " + o.name +
+                           (o.value.empty() ? "" : " " + o.value) + " 2>&1 | grep -c 'excludes\\|Excludes' || true");
+      CAPTURE(cmd);
+      CAPTURE(o.name);
+      CHECK((r.out.substr(0, 1) == "0") == listed);
+    }
+  }
+}
