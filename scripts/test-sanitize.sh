@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ASan + UBSan (no recovery: the first report fails the test) build in ./build-asan, running the
 # fast suites: kernels, weights, engine, tiny and tiny-window golden cases, CLI, the bad-input
-# catalogue and the fuzz regression inputs, and, because it is a MIMI_GPU_EMULATE build, the GPU
-# kernel sweeps and the emulator's tests on the emulated device (threads executor). The full-size
+# catalogue and the fuzz regression inputs, and, because it is a MIMI_GPU_EMULATE build, the op
+# table on the GPU kernels (ops_gpu), their properties and the emulator's tests on the emulated
+# device (threads executor). The full-size
 # golden cases and the long streaming test run in the main build only (minutes under ASan, the
 # same code paths as the tiny cases); the emulated golden runs in scripts/test.sh's emulated suite.
 # The class sweeps (ctest classes) run mimi through an LD_PRELOAD errno shim, which ASan refuses

@@ -149,7 +149,7 @@ TEST_CASE("classes: an option given where it can do nothing is refused by name")
       }
     }
   }
-  CHECK(refused >= 6);  // info: --weights --device --threads --force; convert: --weights --config --device --threads
+  CHECK(refused == 8);  // info: --weights --device --threads --force; convert: --weights --config --device --threads
 
   // options that act only with another's value
   struct Case {
@@ -167,7 +167,9 @@ TEST_CASE("classes: an option given where it can do nothing is refused by name")
                              "--no-graphs"},
                         Case{"mimi bench --seconds 0.2 --runs 1 --latency-frames 0 --weights " + box.weights +
                                  " --device ref --no-graphs",
-                             2, "--no-graphs"}}) {
+                             2, "--no-graphs"},
+                        Case{"mimi bench --seconds 0.2 --runs 1 --latency-frames 0 --weights " + box.weights + " -v", 2,
+                             "--verbose"}}) {
     const Run r = box.sh(c.cmd + " > /dev/null");
     CAPTURE(c.cmd);
     CAPTURE(r.err);

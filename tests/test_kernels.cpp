@@ -16,6 +16,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/ops.h"
 #include "support/rng.h"
+#include "tests/ops/op_case.h"
 
 using namespace mimi;
 using namespace mimi::testing;
@@ -155,18 +156,40 @@ TEST_CASE("conv_transpose1d: hand-computed example with right trim") {
   CHECK(y == std::vector<float>{1, 2, 5, 8});
 }
 
-TEST_CASE("conv shapes: output lengths") {
-  for (auto [cin, cout, k, stride, dil, T] : {std::array<int64_t, 6>{1, 4, 7, 1, 1, 1}, {4, 8, 8, 4, 1, 37},
-                                             {6, 6, 3, 1, 2, 30}, {3, 3, 4, 2, 1, 1}, {2, 2, 7, 3, 1, 2}}) {
-    const Conv1dShape s{cin, cout, k, stride, dil, 1, T, PadMode::Zero};
-    if (T + s.pad_left() >= s.span()) CHECK(s.length_out() == (T + s.pad_left() - s.span()) / stride + 1);
+TEST_CASE("conv shapes: output lengths, over every conv shape of the op table") {
+  for (const Conv1dShape& s : optest::conv1d_shapes()) {
+    CAPTURE(s.in_channels); CAPTURE(s.kernel); CAPTURE(s.stride); CAPTURE(s.dilation); CAPTURE(s.length_in);
+    const int64_t T = s.length_in;
+    if (T + s.pad_left() >= s.span()) CHECK(s.length_out() == (T + s.pad_left() - s.span()) / s.stride + 1);
     else CHECK(s.length_out() == 0);  // not even one full window
   }
-  for (auto [k, stride, T] : {std::array<int64_t, 3>{16, 8, 1}, {4, 2, 9}, {7, 3, 1030}}) {
-    ConvTranspose1dShape s{2, 3, k, stride, 1, T};
-    CHECK(s.length_out() == T * stride);
+  for (ConvTranspose1dShape s : optest::conv_transpose1d_shapes()) {
+    CHECK(s.length_out() == s.length_in * s.stride);
     s.trimmed = false;
-    CHECK(s.length_out() == (T - 1) * stride + k);
+    CHECK(s.length_out() == (s.length_in - 1) * s.stride + s.kernel);
+  }
+}
+
+TEST_CASE("conv1d reference: ELU fused on the input is ELU, then the conv (padding and context too)") {
+  // the oracle of every ELU case of the op table must itself mean what the contract says
+  Rng r(2);
+  for (Conv1dShape s : optest::conv1d_shapes()) {
+    CAPTURE(s.in_channels); CAPTURE(s.out_channels); CAPTURE(s.kernel); CAPTURE(s.stride); CAPTURE(s.length_in);
+    const int64_t Tout = s.length_out();
+    auto x = random_vec(size_t(s.in_channels * s.length_in), r), ctx = random_vec(size_t(s.in_channels * s.pad_left()), r);
+    auto w = random_vec(size_t(s.out_channels * (s.in_channels / s.groups) * s.kernel), r), b = random_vec(size_t(s.out_channels), r);
+    std::vector<float> xe(x.size()), ce(ctx.size());
+    ref::elu(int64_t(x.size()), x.data(), xe.data());
+    ref::elu(int64_t(ctx.size()), ctx.data(), ce.data());
+    for (bool with_ctx : {false, true}) {
+      CAPTURE(with_ctx);
+      std::vector<float> fused(size_t(s.out_channels * Tout)), composed(fused.size());
+      Conv1dShape se = s;
+      se.elu_input = true;
+      ref::conv1d(se, x.data(), w.data(), b.data(), fused.data(), false, with_ctx ? ctx.data() : nullptr);
+      ref::conv1d(s, xe.data(), w.data(), b.data(), composed.data(), false, with_ctx ? ce.data() : nullptr);
+      expect_close(fused, composed, 1e-6);
+    }
   }
 }
 

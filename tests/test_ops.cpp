@@ -28,7 +28,7 @@ namespace {
 
 struct Backend {
   std::string name;
-  const Kernels* k;
+  Device device;    // kernels_for(device) before its cases: it also makes a GPU the current one
   int cpu_threads;  // -1: not the CPU
   bool gpu;
 };
@@ -36,14 +36,13 @@ struct Backend {
 std::vector<Backend> backends(const std::string& which) {
   std::vector<Backend> out;
   if (which == "cpu" || which == "all") {
-    const Kernels& cpu = kernels_for(Device{});
-    out.push_back({"cpu", &cpu, 0, false});
-    out.push_back({"cpu/1-thread", &cpu, 1, false});
+    out.push_back({"cpu", Device{}, 0, false});
+    out.push_back({"cpu/1-thread", Device{}, 1, false});
   }
   if (which == "gpu" || which == "all")
     for (const DeviceDescription& d : list_devices())
       if (d.device.kind == Device::Kind::Cuda || d.device.kind == Device::Kind::Hip)
-        out.push_back({describe(d.device) + (d.emulated ? " [emulated]" : ""), &kernels_for(d.device), -1, true});
+        out.push_back({describe(d.device) + (d.emulated ? " [emulated]" : ""), d.device, -1, true});
   return out;
 }
 
@@ -64,7 +63,8 @@ std::string compare(const std::vector<float>& got, const std::vector<float>& wan
   const double limit = tol.rel * mx + tol.abs;
   size_t bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const bool same = std::memcmp(&got[i], &want[i], sizeof(float)) == 0;
+    // bitwise equal is a match, except NaN: a NaN is never right, on either side
+    const bool same = std::memcmp(&got[i], &want[i], sizeof(float)) == 0 && !std::isnan(got[i]);
     const double d = std::fabs(double(got[i]) - double(want[i]));
     if (same) continue;
     if (!(d <= limit)) ++bad;  // NaN is never within tolerance
@@ -121,6 +121,10 @@ int main(int argc, char** argv) {
     std::vector<OpCase> cases;
     for (OpCase& c : all_cases())
       if (only_op.empty() || c.op == only_op) cases.push_back(std::move(c));
+    if (cases.empty()) {
+      std::fprintf(stderr, "test_ops: no case of op '%s' (--list names them)\n", only_op.c_str());
+      return 2;
+    }
     if (list) {
       for (const OpCase& c : cases) std::printf("%s %s\n", c.op.c_str(), c.shape.c_str());
       return 0;
@@ -134,11 +138,12 @@ int main(int argc, char** argv) {
     std::vector<std::optional<std::vector<float>>> oracle(cases.size());
     int failed = 0;
     for (const Backend& be : bes) {
+      const Kernels& k = kernels_for(be.device);
       std::map<std::string, std::array<int, 3>> per_op;  // op -> passed, failed, absent
       for (size_t i = 0; i < cases.size(); ++i) {
         const OpCase& c = cases[i];
         auto& count = per_op[c.op];
-        if (!c.present(*be.k)) {
+        if (!c.present(k)) {
           ++count[2];
           continue;
         }
@@ -146,7 +151,7 @@ int main(int argc, char** argv) {
         if (be.cpu_threads >= 0) cpu::set_num_threads(be.cpu_threads);
         std::string why;
         try {
-          why = compare(run_once(c, *be.k), *oracle[i], be.gpu ? c.gpu : c.cpu);
+          why = compare(run_once(c, k), *oracle[i], be.gpu ? c.gpu : c.cpu);
         } catch (const std::exception& e) {
           why = std::string("threw: ") + e.what();
         }
@@ -172,15 +177,17 @@ int main(int argc, char** argv) {
     }
     if (perf) {
       std::printf("\n%-28s %-18s %-70s %12s %10s %10s\n", "backend", "op", "shape", "us/call", "GFLOP/s", "GB/s");
-      for (const Backend& be : bes)
+      for (const Backend& be : bes) {
+        const Kernels& k = kernels_for(be.device);
         for (const OpCase& c : cases) {
-          if (!c.present(*be.k)) continue;
+          if (!c.present(k)) continue;
           if (be.cpu_threads >= 0) cpu::set_num_threads(be.cpu_threads);
-          const double s = seconds_per_call(c, *be.k);
+          const double s = seconds_per_call(c, k);
           if (be.cpu_threads >= 0) cpu::set_num_threads(0);
           std::printf("%-28s %-18s %-70s %12.1f %10.2f %10.2f\n", be.name.c_str(), c.op.c_str(), c.shape.c_str(),
                       s * 1e6, c.flops / s * 1e-9, c.bytes / s * 1e-9);
         }
+      }
     }
     return 0;
   } catch (const std::exception& e) {

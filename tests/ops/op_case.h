@@ -38,6 +38,9 @@ class Arena {
   Arena& operator=(const Arena&) = delete;
   float* put(const std::vector<float>& host);  // a device copy
   float* zeros(size_t n);
+  // An output or workspace: NaN until the op writes it, so an element read before it is written
+  // (or never written) shows up as a mismatch.
+  float* nans(size_t n);
   int32_t* put_i32(const std::vector<int32_t>& host);
   std::vector<float> get(const float* p, size_t n) const;
   std::vector<int32_t> get_i32(const int32_t* p, size_t n) const;
@@ -90,8 +93,11 @@ struct Table {
       shape += " int";
       cpu = gpu = kExact;  // small integers: exact in any summation order
     }
+    // the seed from the case's name (FNV-1a): adding a case changes no other case's inputs
+    uint64_t seed = 0xcbf29ce484222325ull;
+    for (const char ch : op + " " + shape) seed = (seed ^ uint8_t(ch)) * 0x100000001b3ull;
     OpCase c{.op = std::move(op), .shape = std::move(shape), .cpu = cpu, .gpu = gpu, .flops = flops,
-             .bytes = bytes, .seed = cases.size() + 1, .integer = integer, .bind = std::move(bind)};
+             .bytes = bytes, .seed = seed, .integer = integer, .bind = std::move(bind)};
     cases.push_back(std::move(c));
     return cases.back();
   }
@@ -99,5 +105,8 @@ struct Table {
 void transformer_cases(Table& t);  // linear, fused linears, rope, attention, rvq
 
 std::vector<OpCase> all_cases();  // op_cases.cpp
+// The table's conv shapes (elu_input off; trimmed), for the shape checks of tests/test_kernels.cpp.
+std::vector<Conv1dShape> conv1d_shapes();
+std::vector<ConvTranspose1dShape> conv_transpose1d_shapes();
 
 }  // namespace mimi::optest

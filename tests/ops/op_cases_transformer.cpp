@@ -22,14 +22,14 @@ void linear_cases(Table& t) {
     t.add("linear", shape, {1e-5, 1e-6}, {1e-5, 1e-5}, false, flops, bytes, [in, out, T](Arena& a, Rng& r) {
       float* W = a.put(r.vec(size_t(in * out)));
       float* x = a.put(r.vec(size_t(in * T)));
-      float* y = a.zeros(size_t(out * T));
+      float* y = a.nans(size_t(out * T));
       const Kernels& k = a.k;
       return Bound{[=, &k] { k.linear(in, out, T, W, x, y); }, [=, &a] { return a.get(y, size_t(out * T)); }};
     });
     t.add("linear_gelu", shape, {1e-5, 1e-5}, {1e-5, 1e-5}, false, flops, bytes, [in, out, T](Arena& a, Rng& r) {
       float* W = a.put(r.vec(size_t(in * out)));
       float* x = a.put(r.vec(size_t(in * T), -3, 3));
-      float* y = a.zeros(size_t(out * T));
+      float* y = a.nans(size_t(out * T));
       const Kernels& k = a.k;
       return Bound{[=, &k] {
                      if (k.fused) return k.fused->linear_gelu(in, out, T, W, x, y);
@@ -44,7 +44,7 @@ void linear_cases(Table& t) {
             float* x = a.put(r.vec(size_t(in * T), -3, 3));
             float* s = a.put(r.vec(size_t(out)));
             float* y = a.put(r.vec(size_t(out * T)));
-            float* h = a.zeros(size_t(out * T));
+            float* h = a.nans(size_t(out * T));
             const Kernels& k = a.k;
             return Bound{[=, &k] {
                            if (k.fused) return k.fused->linear_scale_add(in, out, T, W, x, s, y);
@@ -60,9 +60,9 @@ void linear_cases(Table& t) {
               float* x = a.put(r.vec(size_t(in * T), -3, 3));
               float* g = a.put(r.vec(size_t(in)));
               float* b = a.put(r.vec(size_t(in)));
-              float* stats = a.zeros(size_t(2 * T));
-              float* normed = a.zeros(size_t(in * T));
-              float* y = a.zeros(size_t(out * T));
+              float* stats = a.nans(size_t(2 * T));
+              float* normed = a.nans(size_t(in * T));
+              float* y = a.nans(size_t(out * T));
               const Kernels& k = a.k;
               return Bound{[=, &k] {
                              if (k.fused) return k.fused->layer_norm_linear(in, out, T, W, x, g, b, 1e-5f, gelu, stats, y);
@@ -153,7 +153,7 @@ void rvq_cases(Table& t) {
             [Q, F, bins, n](Arena& a, Rng& r) {
               auto books = std::make_shared<Books>(a, r, Q, bins, n);
               float* x = a.put(r.vec(size_t(Q * F)));
-              float* work = a.zeros(size_t(rvq_work_floats(Q, F, bins)));
+              float* work = a.nans(size_t(rvq_work_floats(Q, F, bins)));
               int32_t* codes = a.put_i32(std::vector<int32_t>(size_t(n * F), -1));
               const Kernels& k = a.k;
               return Bound{[=, &k] {

@@ -358,7 +358,7 @@ std::vector<HelpOption> help_options(const Sandbox& box, const std::string& cmd)
   const Run r = box.sh("mimi " + cmd + " --help");
   REQUIRE(r.code == 0);
   std::vector<HelpOption> out;
-  const std::regex line(R"(^\s+(?:-\w,)?(--[a-z0-9-]+)(?:\s+([A-Z]+)(?=[\s:]|$)(?::\{([a-z0-9,]+)\})?)?)");
+  const std::regex line(R"(^\s+(?:-\w,)?(--[a-z0-9-]+)(?:\s+([A-Z]+)(?=[\s:=]|$)(?::\{([a-z0-9,]+)\})?)?)");
   std::istringstream in(r.out);
   for (std::string l; std::getline(in, l);) {
     std::smatch m;
