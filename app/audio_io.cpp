@@ -109,15 +109,44 @@ SF_VIRTUAL_IO in_vio() { return SF_VIRTUAL_IO{in_len, in_seek, in_read, in_write
 // rewound).
 std::shared_mutex g_sf_open;
 
-SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::string& why) {
+SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::string& why, int* code = nullptr) {
   {
     std::shared_lock<std::shared_mutex> shared(g_sf_open);
     if (SNDFILE* f = attempt()) return f;
   }
   std::unique_lock<std::shared_mutex> alone(g_sf_open);
   SNDFILE* f = attempt();
-  if (!f) why = sf_strerror(nullptr);
+  if (!f) {
+    why = sf_strerror(nullptr);
+    if (code) *code = sf_error(nullptr);
+  }
   return f;
+}
+
+// A stream that is not WAV is read whole before libsndfile sees it (it seeks). Whether it is
+// audio at all is decided from its first bytes, as for a file: libsndfile recognises a format by
+// its header, so a prefix it calls "not recognised" is not audio, and a stream of such bytes
+// (/dev/zero, a pipe of text) is the input's error at once, not gigabytes buffered first and an
+// out-of-memory reported as the machine's failure.
+constexpr size_t kFormatProbeBytes = 1 << 16;
+void refuse_unrecognised_stream(const std::vector<uint8_t>& prefix, const std::string& what) {
+  MemFile m;
+  m.in = &prefix;
+  SF_VIRTUAL_IO io = vio();
+  SF_INFO info{};
+  std::string why;
+  int code = 0;
+  SNDFILE* f = sf_open_with_error(
+      [&] {
+        m.pos = 0;
+        info = SF_INFO{};
+        return sf_open_virtual(&io, SFM_READ, &info, &m);
+      },
+      why, &code);
+  if (f) sf_close(f);
+  else if (code == SF_ERR_UNRECOGNISED_FORMAT)
+    throw Error(ErrorKind::Input, what + ": cannot read audio: " + why + " (its first " +
+                                      std::to_string(prefix.size() >> 10) + " KiB are no audio format)");
 }
 
 }  // namespace
@@ -240,9 +269,14 @@ AudioReader::AudioReader(const std::string& path) : impl_(new Impl) {
       whole = std::move(impl_->pcm);
     }
     impl_->bytes = std::move(head);  // other formats: libsndfile seeks, so from memory
+    bool probed = whole != nullptr;  // (a WAV's header has been read: it is audio)
     for (uint8_t buf[1 << 16];;) {
       const size_t n = read_some(fd, buf, sizeof buf, false, what);
       if (n == 0) break;
+      if (!probed && impl_->bytes.size() >= kFormatProbeBytes) {  // more follows: decide now
+        refuse_unrecognised_stream(impl_->bytes, what);
+        probed = true;
+      }
       if (impl_->bytes.size() + n > kMaxStreamedInputBytes)
         throw Error(ErrorKind::Input, what + ": more than " + std::to_string(kMaxStreamedInputBytes >> 30) +
                                           " GiB of non-WAV audio from a stream (send WAV to stream it)");

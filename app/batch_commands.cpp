@@ -63,10 +63,12 @@ class OutputClaims {
   }
 
  private:
+  // the file the kernel would write: symlinks and ".." resolved where the path exists (a textual
+  // "a/lnk/../x" is not "a/x" when lnk is a link)
   static std::string fs_key(const std::string& p) {
     std::error_code ec;
-    const auto a = std::filesystem::absolute(p, ec);
-    return ec ? p : a.lexically_normal().string();
+    const auto a = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+    return ec ? p : a.string();
   }
   std::map<std::string, std::string> owner_;
 };

@@ -407,6 +407,7 @@ int App::info(const std::vector<std::string>& files) {
   // script's records line up with its arguments.
   const bool array = !common_.json && files.size() > 1;
   size_t printed = 0;
+  bool described_weights = false;  // --config acts on weights files only
   auto print = [&](const nlohmann::json& j) {
     if (common_.json) {
       std::cout << json_dump(j, -1) << std::endl;
@@ -440,6 +441,7 @@ int App::info(const std::vector<std::string>& files) {
       if (fmt == TokenFormat::Safetensors) {  // weights or codes?
         const SafetensorsFile st = SafetensorsFile::from_bytes(std::make_shared<const std::vector<uint8_t>>(bytes), f);
         is_weights = !st.has("codes");
+        described_weights = described_weights || is_weights;
         if (is_weights) {
           j["kind"] = "weights";
           j["dialect"] = dialect_name(detect_dialect(st));
@@ -501,6 +503,10 @@ int App::info(const std::vector<std::string>& files) {
     }
   }
   if (array) std::cout << (printed ? "\n]" : "[]") << std::endl;
+  if (!common_.config.empty() && !described_weights) {  // refused, if only once its files are known
+    spdlog::error("--config does nothing here: it applies to weights files, and none of the files is one");
+    if (code == kOk) code = kUsage;
+  }
   return code;
 }
 

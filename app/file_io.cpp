@@ -279,9 +279,9 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
      // --force the later would silently replace the earlier; without, it races it)
     OutputClaims& c = output_claims();
     std::lock_guard<std::mutex> lock(c.mu);
-    std::error_code aec;
-    const fs::path abs = fs::absolute(target_path, aec);
-    if (c.on && !c.paths.insert(aec ? target_path : abs.lexically_normal().string()).second)
+    std::error_code aec;  // the file the kernel would write: links and ".." resolved where they exist
+    const fs::path abs = fs::weakly_canonical(fs::absolute(target_path, aec), aec);
+    if (c.on && !c.paths.insert(aec ? target_path : abs.string()).second)
       throw Error(ErrorKind::Output, path + ": already the output of another input of this command; not written "
                                             "twice (inputs with the same name into one directory?)");
   }
@@ -485,12 +485,20 @@ Error cwd_gone(const std::string& path) {
                                  "moved away): run from an existing directory, or give absolute paths");
 }
 
+fs::path normal_keeping_parents(const fs::path& p) {
+  fs::path out;
+  for (const fs::path& c : p)
+    if (!c.empty() && c != ".") out /= c;
+  if (out.empty()) out = p.has_root_directory() ? p.root_path() : fs::path(".");
+  return out;
+}
+
 std::string absolute_path(const std::string& path) {
   const fs::path p(path);
-  if (p.is_absolute()) return p.lexically_normal().string();
+  if (p.is_absolute()) return normal_keeping_parents(p).string();
   const std::string cwd = current_dir();
   if (cwd.empty()) throw cwd_gone(path);
-  return (fs::path(cwd) / p).lexically_normal().string();
+  return normal_keeping_parents(fs::path(cwd) / p).string();
 }
 
 }  // namespace mimi::app

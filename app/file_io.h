@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -112,6 +113,10 @@ bool is_stdout_path(const std::string& path);
 // asks for the current directory; when that is gone (deleted or moved away under a running shell)
 // it is a usage error that names the path and says what to do, never an internal error.
 std::string absolute_path(const std::string& path);
+// `p` without "." and empty components, its ".." kept: "a/lnk/../x" names what the kernel opens
+// (beside lnk's target when lnk is a symlink), which the textual "a/x" of lexically_normal()
+// need not be (issue 26: a plan encoded another file than its manifest named, exit 0).
+std::filesystem::path normal_keeping_parents(const std::filesystem::path& p);
 // The current directory, or "" when it is gone (for callers that need it only for relative paths)
 std::string current_dir();
 // The usage error of a relative `path` met while the current directory is gone

@@ -528,6 +528,7 @@ int run_main(int argc, char** argv) {
     const bool bench_on_gpu = bench.device.rfind("cuda", 0) == 0 || bench.device.rfind("hip", 0) == 0;
     refuse_inert({{e->get_option("--readers"), enc.batch > 1, "--batch N with N > 1 (its threads read ahead for the slots)"},
                   {de->get_option("--readers"), ds_enc.batch > 1, "--batch N with N > 1 (its threads read ahead for the slots)"},
+                  {i->get_option("--config"), !info_files.empty(), "a weights file to describe"},
                   {b->get_option("--no-graphs"), bench_on_gpu, "a GPU --device (the CPU runs no graphs)"},
                   {b->get_option("--verbose"), bench_on_gpu, "a GPU --device (the CPU prints its stage table always)"}});
   } catch (const CLI::ParseError& err) {

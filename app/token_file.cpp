@@ -2,6 +2,7 @@
 #include "app/token_file.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -313,7 +314,9 @@ std::optional<TokenFormat> parse_format(const std::string& n) {
 }
 
 std::optional<TokenFormat> format_from_extension(const std::string& path) {
-  const std::string ext = std::filesystem::path(path).extension().string();
+  // case-insensitive, as the audio containers are (X.MIMI is a .mimi file, X.WAV a WAV)
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = char(std::tolower(static_cast<unsigned char>(c)));
   if (ext == ".mimi") return TokenFormat::Mimi;
   if (ext == ".npy") return TokenFormat::Npy;
   if (ext == ".safetensors") return TokenFormat::Safetensors;

@@ -205,3 +205,118 @@ TEST_CASE("classes: an option given where it can do nothing is refused by name")
     }
   }
 }
+
+// ---- the tenth probe's findings (issue 26)
+
+TEST_CASE("classes: a stream that is no audio is the input's error from its first bytes, whatever the source") {
+  Sandbox box("clsp10stream");
+  write_wav(box / "in.wav", tone(24000 * 12, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi roundtrip in.wav -o r.flac -q && mimi roundtrip in.wav -o r.ogg -q").code == 0);
+  REQUIRE(box.sh("head -c 600000 /dev/urandom > noise.bin && yes 'not audio' | head -c 500000 > text.bin && "
+                 "head -c 400000 /dev/zero > zeros.bin && mkfifo f1")
+              .code == 0);
+  // no audio: exit 3 at once under a memory limit far below what buffering them would take
+  for (const std::string src : {"- < zeros.bin", "- < noise.bin", "- < text.bin", "- < /dev/zero", "/dev/zero", "f1"}) {
+    const std::string enc = "(ulimit -v 400000; exec mimi encode " + src + " -o z.mimi)";
+    const Run r = box.sh(src == "f1" ? enc + " & pid=$!; head -c 3000000 /dev/zero > f1; wait $pid" : enc, 60);
+    CAPTURE(src);
+    CAPTURE(r.err);
+    check_sane(r);
+    CHECK(r.code == 3);
+    CHECK(contains_ci(r.err, "not recognised"));
+    CHECK(!fs::exists(box / "z.mimi"));
+  }
+  // audio of a format libsndfile must read whole (it seeks): the same codes as from the file
+  for (const std::string x : {"flac", "ogg"}) {
+    REQUIRE(fs::file_size(box / ("r." + x)) > 65536);  // past the prefix the format is told from
+    const Run r = box.sh("mimi encode - -o s." + x + ".mimi -q < r." + x + " && mimi encode r." + x + " -o f." + x + ".mimi -q");
+    CAPTURE(x);
+    CHECK(r.code == 0);
+    CHECK(box.get("s." + x + ".mimi") == box.get("f." + x + ".mimi"));
+  }
+}
+
+TEST_CASE("classes: a manifest path names the file the kernel opens, '..' after a link included") {
+  Sandbox box("clsp10dotdot");
+  write_wav(box / "x.wav", tone(12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);  // 0.5 s
+  REQUIRE(box.sh("mkdir -p other/sub2 real && ln -s other/sub2 lnk && ln -s ../other/sub2 real/lnk2").code == 0);
+  write_wav(box / "other/x.wav", tone(26400, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);  // 1.1 s
+  const std::string abs = box.dir.string();
+  struct Case {
+    std::string manifest, text;
+  };
+  for (const Case& c : {Case{"l.list", "lnk/../x.wav\n"}, Case{"a.list", abs + "/lnk/../x.wav\n"},
+                        Case{"j.jsonl", "{\"path\": \"lnk/../x.wav\", \"id\": \"u\"}\n"},
+                        Case{"k.jsonl", "{\"path\": \"./real/lnk2/../../lnk/../x.wav\", \"id\": \"u\"}\n"}}) {
+    box.put(c.manifest, c.text);
+    const std::string path = c.text.find('"') != std::string::npos
+                                 ? c.text.substr(10, c.text.find("\", \"id") - 10)
+                                 : c.text.substr(0, c.text.size() - 1);
+    const Run r = box.sh("rm -rf p o && mimi dataset plan " + c.manifest + " -o p --shards 1 -q && "
+                         "mimi dataset encode --plan p --shard 0/1 -o o -q && mimi encode " + path + " -o f.mimi -q -f && "
+                         "mimi info f.mimi --json");
+    CAPTURE(c.manifest);
+    CAPTURE(r.err);
+    REQUIRE(r.code == 0);
+    const std::string index = box.get("o/shards/shard-00000.index.jsonl");
+    std::smatch m;
+    REQUIRE(std::regex_search(r.out, m, std::regex(R"("frames":(\d+))")));
+    const std::string frames = m[1];
+    CHECK(frames == "14");  // other/x.wav, as the kernel resolves the path
+    CHECK(index.find("\"frames\":" + frames) != std::string::npos);
+  }
+}
+
+TEST_CASE("classes: extensions name formats whatever their case") {
+  Sandbox box("clsp10case");
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o ref.mimi -q").code == 0);
+  for (const std::string x : {"MIMI", "Npy", "SAFETENSORS", "TXT"}) {
+    const std::string l = lower(x);  // the same steps with the lower-case name give the same bytes
+    const Run r = box.sh("mimi encode in.wav -o a." + x + " -q && mimi convert a." + x + " -o b." + x +
+                         ".mimi -q && mimi decode a." + x + " -o d." + x + ".WAV -q && mimi encode in.wav -o a." + l +
+                         " -q && mimi convert a." + l + " -o b." + l + ".mimi -q && mimi info a." + x + " --json");
+    CAPTURE(x);
+    CAPTURE(r.err);
+    CHECK(r.code == 0);
+    CHECK(box.get("a." + x) == box.get("a." + l));
+    CHECK(box.get("b." + x + ".mimi") == box.get("b." + l + ".mimi"));
+    CHECK(r.out.find("\"format\":\"" + lower(x == "TXT" ? "text" : x) + "\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("classes: status lists only shards the worker will run; info --config without weights is refused") {
+  Sandbox box("clsp10status");
+  for (int i = 0; i < 4; ++i)
+    write_wav(box / ("a" + std::to_string(i) + ".wav"), tone(4800, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mkdir c && mv a*.wav c/ && mimi dataset plan c -o p --shards 2 -q && "
+                 "mimi dataset encode --plan p --shard 0/2 -o o -q")
+              .code == 0);
+  // every way a shard file can change after planning: an item's path, a byte appended, a line dropped
+  for (const std::string edit : {"sed -i 's/a[0-9]/zz/' p/shard-00001.jsonl", "echo >> p/shard-00001.jsonl",
+                                 "sed -i '1d' p/shard-00001.jsonl"}) {
+    REQUIRE(box.sh("cp p/shard-00001.jsonl keep.jsonl && " + edit).code == 0);
+    const Run st = box.sh("mimi dataset status o --todo --format ranges");
+    const Run wk = box.sh("mimi dataset encode --plan p --shard 1/2 -o o -q");
+    CAPTURE(edit);
+    CHECK(wk.code == 3);
+    CHECK(st.code == wk.code);
+    CHECK(st.err.find("shard-00001.jsonl") != std::string::npos);
+    CHECK(st.out.empty());
+    REQUIRE(box.sh("cp keep.jsonl p/shard-00001.jsonl").code == 0);
+  }
+  const Run ok = box.sh("mimi dataset status o --todo --format ranges");
+  CHECK(ok.code == 0);
+  CHECK(ok.out == "1\n");
+
+  REQUIRE(box.sh("mimi encode c/a0.wav -o t.mimi -q").code == 0);
+  for (const std::string& args : std::vector<std::string>{"--config x.json", "t.mimi --config x.json", "c/a0.wav --config " + box.weights}) {
+    const Run r = box.sh("mimi info " + args + " > /dev/null");
+    CAPTURE(args);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--config") != std::string::npos);
+  }
+  CHECK(box.sh("mimi info " + box.weights + " --config " + fs::path(box.weights).replace_filename("config.json").string() +
+               " > /dev/null")
+            .code == 0);
+}

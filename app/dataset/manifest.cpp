@@ -55,11 +55,11 @@ std::string absolute(const fs::path& base, const std::string& p, const std::stri
     throw Error(ErrorKind::Input, where + ": the path holds a NUL byte (after '" + p.substr(0, nul) + "')");
   const fs::path q(p);
   if (!q.is_absolute() && base.empty()) throw cwd_gone(p);  // a list on stdin, read from a deleted folder
-  const fs::path a = (q.is_absolute() ? q : base / q).lexically_normal();
-  const std::string name = a.filename().string();
+  const fs::path joined = q.is_absolute() ? q : base / q;
+  const std::string name = joined.filename().string();
   if (name.empty() || name == "." || name == "..")
     throw Error(ErrorKind::Input, where + ": '" + p + "' is not a file path");
-  return a.string();
+  return normal_keeping_parents(joined).string();
 }
 
 // An id from a path: relative to the manifest's folder when inside it, without the extension.
@@ -276,7 +276,7 @@ std::string read_directory(const std::string& dir, int source, Problems& problem
   for (const std::string& f : w.files) {
     Item it;
     it.source = source;
-    it.path = fs::path(f).lexically_normal().string();
+    it.path = normal_keeping_parents(f).string();
     it.id = id_from_path(base, it.path);
     listing += fs::path(it.path).lexically_relative(base).string();
     listing += '\0';  // names may hold newlines: NUL separates them

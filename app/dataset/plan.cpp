@@ -308,10 +308,15 @@ int resolve_shard(const std::string& spec, int plan_shards, const EnvLookup& env
                                               env(name).value_or("") + "')");
     return *v;
   };
-  auto check_count = [&](const char* name, long long count) {
-    if (count != plan_shards)
-      throw Error(ErrorKind::Usage, std::string("--shard auto: ") + name + "=" + std::to_string(count) +
-                                        " but the plan has " + total + " shards");
+  // A launcher's rank counts only when its task count is the plan's N (DATASETS.md): torchrun's
+  // ranks inside one Slurm step inherit SLURM_PROCID=0 SLURM_NTASKS=1, which then say nothing.
+  // A count that disagrees is the error only when no launcher fits.
+  std::string miscounted;
+  auto counts = [&](const char* name, long long count) {
+    if (count == plan_shards) return true;
+    if (miscounted.empty())
+      miscounted = std::string("--shard auto: ") + name + "=" + std::to_string(count) + " but the plan has " + total + " shards";
+    return false;
   };
   if (env("SLURM_ARRAY_TASK_ID")) {
     const long long id = need("SLURM_ARRAY_TASK_ID");
@@ -328,14 +333,13 @@ int resolve_shard(const std::string& spec, int plan_shards, const EnvLookup& env
     else
       found.push_back({"SLURM_ARRAY_TASK_ID " + std::to_string(id) + " - SLURM_ARRAY_TASK_MIN " + std::to_string(min), id - min});
   } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
-    check_count("SLURM_NTASKS", need("SLURM_NTASKS"));
-    found.push_back({"SLURM_PROCID", need("SLURM_PROCID")});
+    if (counts("SLURM_NTASKS", need("SLURM_NTASKS"))) found.push_back({"SLURM_PROCID", need("SLURM_PROCID")});
   }
   if (env("RANK") && env("WORLD_SIZE")) {
-    check_count("WORLD_SIZE", need("WORLD_SIZE"));
-    found.push_back({"RANK", need("RANK")});
+    if (counts("WORLD_SIZE", need("WORLD_SIZE"))) found.push_back({"RANK", need("RANK")});
   }
   if (env("JOB_COMPLETION_INDEX")) found.push_back({"JOB_COMPLETION_INDEX", need("JOB_COMPLETION_INDEX")});
+  if (found.empty() && !miscounted.empty()) throw Error(ErrorKind::Usage, miscounted);
   if (found.empty())
     throw Error(ErrorKind::Usage, "--shard auto: none of SLURM_ARRAY_TASK_ID, SLURM_PROCID/SLURM_NTASKS, "
                                   "RANK/WORLD_SIZE, JOB_COMPLETION_INDEX is set; give --shard I/N");

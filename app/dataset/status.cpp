@@ -110,17 +110,22 @@ int status(const StatusOptions& o) {
       s.done_seconds = done.value("audio_seconds", 0.0);
       s.started = done.value("started", 0.0);
       s.last = done.value("finished", 0.0);
-    } else if (fs::exists(p.journal, ec) || fs::exists(p.partial, ec)) {
-      read_journal(p.journal, s, rate, mtime_of(p.journal));
-      // The worker's own check of the journal: a shard it would refuse is not listed to run.
-      // Without a dataset.json only the plan's part of the header is known.
-      const json begin = journal_begin(p.journal);
-      const json header = journal_header(i, dsj.is_object() ? dsj : json{{"shards", plan.shards}, {"plan_sha256", plan.digest}});
-      if (!begin.is_null()) {
-        if (const std::string m = journal_mismatch(p.journal, begin, header); !m.empty()) throw Error(ErrorKind::Usage, m);
-        if (begin.contains("t") && begin["t"].is_number()) s.started = begin["t"].get<double>();
+    } else {
+      // A shard still to run must have its items as planned, or the worker refuses it (exit 3):
+      // the same check here, so a shard every worker refuses is never listed for resubmission.
+      (void)read_shard_items(plan, i);
+      if (fs::exists(p.journal, ec) || fs::exists(p.partial, ec)) {
+        read_journal(p.journal, s, rate, mtime_of(p.journal));
+        // The worker's own check of the journal: a shard it would refuse is not listed to run.
+        // Without a dataset.json only the plan's part of the header is known.
+        const json begin = journal_begin(p.journal);
+        const json header = journal_header(i, dsj.is_object() ? dsj : json{{"shards", plan.shards}, {"plan_sha256", plan.digest}});
+        if (!begin.is_null()) {
+          if (const std::string m = journal_mismatch(p.journal, begin, header); !m.empty()) throw Error(ErrorKind::Usage, m);
+          if (begin.contains("t") && begin["t"].is_number()) s.started = begin["t"].get<double>();
+        }
+        s.state = fs::exists(p.failed, ec) ? "failed" : "partial";
       }
-      s.state = fs::exists(p.failed, ec) ? "failed" : "partial";
     }
     shards.push_back(s);
   }

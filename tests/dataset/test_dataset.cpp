@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -97,7 +98,8 @@ TEST_CASE("dataset unit: JSON Lines manifests: path or audio_filepath, ids, segm
   CHECK(items[0].id == "a");
   CHECK(items[0].duration < 0);  // unknown: probed at plan time
   const auto& b = by_id(items, "utt.1");
-  CHECK(b.path == (box / "b.wav").string());
+  // ".." kept: "sub/../b.wav" is what the kernel opens (sub could be a link; issue 26, tenth probe)
+  CHECK(b.path == (box / "sub/../b.wav").string());
   CHECK(b.duration == 2.5);
   // no '.' in keys (WebDataset splits member names at the first dot); a changed id gets its digest
   CHECK(b.key == "utt_1_" + sha256_hex("utt.1", 5).substr(0, 8));
@@ -232,6 +234,36 @@ TEST_CASE("dataset unit: --shard I/N and auto from the launchers' environment") 
         std::string::npos);
   CHECK(error_of([&] { ds::resolve_shard("auto", 8, env({{"JOB_COMPLETION_INDEX", "one"}})); }).find("not an integer") !=
         std::string::npos);
+
+  // Every combination of launchers (issue 26, tenth probe: torchrun ranks inside one Slurm step
+  // inherit SLURM_PROCID=0 SLURM_NTASKS=1): a rank counts only with its task count = N; counted
+  // launchers must agree; a miscount is the error only when nothing counts.
+  int combos = 0;
+  for (int slurm = 0; slurm < 3; ++slurm)      // absent, NTASKS = 8, NTASKS = 1
+    for (int rank = 0; rank < 3; ++rank)       // absent, WORLD_SIZE = 8, WORLD_SIZE = 4
+      for (int jci = 0; jci < 2; ++jci)        // absent, present
+        for (int agree = 0; agree < 2; ++agree) {  // the counted ranks name the same shard, or not
+          std::map<std::string, std::string> vars;
+          std::vector<long long> counted;
+          if (slurm) vars["SLURM_PROCID"] = agree ? "3" : "0", vars["SLURM_NTASKS"] = slurm == 1 ? "8" : "1";
+          if (slurm == 1) counted.push_back(agree ? 3 : 0);
+          if (rank) vars["RANK"] = "3", vars["WORLD_SIZE"] = rank == 1 ? "8" : "4";
+          if (rank == 1) counted.push_back(3);
+          if (jci) vars["JOB_COMPLETION_INDEX"] = agree ? "3" : "5";
+          if (jci) counted.push_back(agree ? 3 : 5);
+          CAPTURE(slurm); CAPTURE(rank); CAPTURE(jci); CAPTURE(agree);
+          const bool disagree = std::any_of(counted.begin(), counted.end(), [&](long long i) { return i != counted[0]; });
+          if (counted.empty()) {
+            const std::string e = error_of([&] { ds::resolve_shard("auto", 8, env(vars)); });
+            CHECK(e.find(slurm == 2 ? "SLURM_NTASKS=1" : rank == 2 ? "WORLD_SIZE=4" : "none of") != std::string::npos);
+          } else if (disagree) {
+            CHECK(error_of([&] { ds::resolve_shard("auto", 8, env(vars)); }).find("disagree") != std::string::npos);
+          } else {
+            CHECK(ds::resolve_shard("auto", 8, env(vars)) == counted[0]);
+          }
+          ++combos;
+        }
+  CHECK(combos == 36);
 }
 
 TEST_CASE("dataset unit: ranges, sha256, npy and tar members") {
