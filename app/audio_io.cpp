@@ -421,6 +421,8 @@ int64_t AudioReader::read(std::vector<float>& out, int64_t frames) {
   return got > 0 ? got : 0;
 }
 
+std::string AudioReader::truncated_at_open() const { return impl_->truncated; }
+
 std::string AudioReader::shortfall() const {
   if (!impl_->truncated.empty()) return impl_->truncated;
   if (impl_->pcm) return impl_->pcm->shortfall();

@@ -38,6 +38,9 @@ class AudioReader {
   int64_t read(std::vector<float>& out, int64_t frames);
   // After the end: why fewer frames than the header promised came, or "" (a truncated file).
   std::string shortfall() const;
+  // Known from the header at open: "truncated: the header's data size is ..." when the file holds
+  // less than its header says (libsndfile reads it to its end), else "".
+  std::string truncated_at_open() const;
 
  private:
   struct Impl;

@@ -118,6 +118,7 @@ void DecodePlan::step(const int32_t* const* codes, const int64_t* frames) {
 
 void DecodePlan::collect() {
   const StepInFlight f = collect_flight(flight_, graphs_, result_offset_, result_frames_);
+  check_finite(output_stage_[f.set].host(), f.total * frame_size_, "the decoded audio");
   output_view_.view(output_stage_[f.set].host(), output_view_.capacity(), {1, f.total * frame_size_});
 }
 

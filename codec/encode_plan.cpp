@@ -203,6 +203,12 @@ void EncodePlan::encode(int set) {
       encode_work();
       codes_stage_[set].to_host(size_t(n_q_) * size_t(F));
     });
+    // the quantizer's inputs: |r|^2 must not overflow, or every distance is Inf and every code 0
+    // (on a GPU they stay on the device: not checked there yet)
+    if (k_.host_memory) {
+      check_finite(first_in_.ptr(), int64_t(c.q_dimension) * F, "the encoder's latent (semantic projection)", 1e15f);
+      check_finite(rest_in_.ptr(), int64_t(c.q_dimension) * F, "the encoder's latent (acoustic projection)", 1e15f);
+    }
     advance_slots(tf_, frames_, ds, c);
     graphs_.mark(set);
   }

@@ -68,6 +68,14 @@ void check_placement(const Model& m, const Kernels& k) {
                                                      "(place_model, codec/engine.h, uploads it)");
 }
 
+void check_finite(const float* p, int64_t n, const char* stage, float limit) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(p[i]) <= limit))  // NaN too
+      throw Error(ErrorKind::Weights, std::string(stage) + " holds " + (std::isfinite(p[i]) ? "values past 1e15" : "non-finite values") +
+                                          " from inputs in range: the weights overflow the model (a corrupt tensor, "
+                                          "e.g. a flipped exponent bit?); nothing was written");
+}
+
 void check_frames_nq(const Config& c, int64_t frames, int n_q) {
   if (frames < 1) throw Error(ErrorKind::Usage, "a plan needs at least one frame, got " + std::to_string(frames));
   if (n_q < 1 || n_q > c.n_q)

@@ -18,6 +18,11 @@ namespace mimi::plan_detail {
 void set_shape(Buffer& b, Shape s);
 
 void check_frames_nq(const Config& c, int64_t frames, int n_q);
+// A stage's result in host memory must be finite and within `limit`: the inputs are (audio within
+// +-1000, codes in range), so NaN, Inf or a value past what the next op can square means weights
+// that overflow the model, finite but corrupt (a flipped exponent bit: 1e30). Throws
+// Error(Weights) naming the stage: the RVQ's distances would be Inf and every code 0, exit 0.
+void check_finite(const float* p, int64_t n, const char* stage, float limit = 3.4e38f);
 void check_slots(int slots);
 // The model's tensors must live where the kernels compute (Model::in_device_memory).
 void check_placement(const Model& m, const Kernels& k);

@@ -320,3 +320,77 @@ TEST_CASE("classes: status lists only shards the worker will run; info --config 
                " > /dev/null")
             .code == 0);
 }
+
+TEST_CASE("classes: finite but corrupt weights that overflow the model are the weights' error, never all-zero codes") {
+  Sandbox box("clsp10huge");
+  write_wav(box / "x.wav", tone(12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  // one element of an encoder tensor set to a huge finite value (what a flipped exponent bit does),
+  // in several tensors and places
+  const std::string py =
+      "import json,struct,sys\n"
+      "d=bytearray(open(sys.argv[1],'rb').read()); n=struct.unpack('<Q',d[:8])[0]; h=json.loads(d[8:8+n])\n"
+      "names=sorted(k for k in h if k!='__metadata__' and k.startswith('encoder.') and h[k]['dtype']=='F32')\n"
+      "t=names[int(sys.argv[3])%len(names)]; b,e=h[t]['data_offsets']; i=int(sys.argv[4])%((e-b)//4)\n"
+      "o=8+n+b+4*i; d[o:o+4]=struct.pack('<f',float(sys.argv[5])); open(sys.argv[2],'wb').write(d); print(t)\n";
+  box.put("corrupt.py", py);
+  box.sh("cp " + Sandbox::escape(fs::path(box.weights).replace_filename("config.json").string()) + " config.json");
+  int refused = 0, runs = 0;
+  for (const auto& [tensor, at, value] : {std::tuple{0, 0, "1e30"}, std::tuple{0, 5, "-3e38"}, std::tuple{3, 1, "1e25"},
+                                          std::tuple{7, 2, "1e30"}, std::tuple{11, 0, "-1e30"}, std::tuple{19, 3, "1e35"}}) {
+    const Run mk = box.sh("python3 corrupt.py " + Sandbox::escape(box.weights) + " w.safetensors " + std::to_string(tensor) +
+                          " " + std::to_string(at) + " " + value);
+    REQUIRE(mk.code == 0);
+    const Run r = box.sh("rm -f z.mimi; mimi encode x.wav -o z.mimi --weights w.safetensors --config config.json && "
+                         "mimi convert z.mimi -o - --format text -q | grep -v '^#' | tr -d ' 0\\n' | wc -c");
+    CAPTURE(mk.out);
+    CAPTURE(value);
+    CAPTURE(r.err);
+    check_sane(r);
+    ++runs;
+    if (r.code == 4) {
+      ++refused;
+      CHECK(!fs::exists(box / "z.mimi"));
+      CHECK(r.err.find("weights") != std::string::npos);
+    } else {
+      CHECK(r.code == 0);
+      CHECK(r.out != "0\n");  // codes that are not all 0
+    }
+  }
+  CHECK(refused >= 1);
+  // the dataset worker stops (4) and records no item as failed
+  const Run mk = box.sh("python3 corrupt.py " + Sandbox::escape(box.weights) + " w.safetensors 0 0 1e30");
+  REQUIRE(mk.code == 0);
+  const Run r = box.sh("mkdir c && cp x.wav c/ && mimi dataset plan c -o p --shards 1 -q && "
+                       "mimi dataset encode --plan p --shard 0/1 -o o --weights w.safetensors --config config.json");
+  CHECK(r.code == 4);
+  CHECK(!fs::exists(box / "o/shards/shard-00000.errors.jsonl"));
+  CHECK(!fs::exists(box / "o/shards/shard-00000.done"));
+}
+
+TEST_CASE("classes: a WAV holding less than its header says is an error in the dataset mode, whatever the manifest") {
+  Sandbox box("clsp10trunc");
+  write_wav(box / "full.wav", tone(26400, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  write_wav(box / "good.wav", tone(12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  const std::string full = box.get("full.wav");
+  for (const size_t keep : {full.size() / 2, full.size() - 2000, size_t(200)})  // cut at several places
+    box.put("cut" + std::to_string(keep) + ".wav", full.substr(0, keep));
+  REQUIRE(box.sh("mkdir d && cp good.wav cut*.wav d/ && ls " + box.dir.string() + "/cut*.wav > l.list && echo " +
+                 box.dir.string() + "/good.wav >> l.list")
+              .code == 0);
+  box.put("j.jsonl", "{\"path\": \"cut" + std::to_string(full.size() / 2) + ".wav\"}\n{\"path\": \"good.wav\"}\n");
+  for (const std::string m : {"d", "l.list", "j.jsonl"}) {
+    const Run r = box.sh("rm -rf p && mimi dataset plan " + m + " -o p --shards 1");
+    CAPTURE(m);
+    CAPTURE(r.err);
+    CHECK(r.code == 3);
+    CHECK(r.err.find("truncated") != std::string::npos);
+    const Run s = box.sh("rm -rf p && mimi dataset plan " + m + " -o p --shards 1 --skip-bad -q && cat p/skipped.txt");
+    CHECK(s.code == 0);
+    CHECK(s.out.find("truncated") != std::string::npos);
+  }
+  // with a duration the header is not read at plan time: the worker's rule makes it the item's error
+  box.put("jd.jsonl", "{\"path\": \"cut" + std::to_string(full.size() / 2) + ".wav\", \"duration\": 1.1}\n");
+  const Run r = box.sh("rm -rf p o && mimi dataset plan jd.jsonl -o p --shards 1 -q && "
+                       "mimi dataset encode --plan p --shard 0/1 -o o -q; cat o/shards/shard-00000.errors.jsonl");
+  CHECK(r.out.find("less audio than planned") != std::string::npos);
+}

@@ -508,6 +508,7 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
     int64_t frames = 0;
     int rate = 0, channels = 0;
     std::string header_error;
+    std::string truncated;  // the header says more than the file holds
   };
   std::vector<File> files;
   std::map<std::string, size_t> index;
@@ -533,6 +534,7 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
           f.frames = r.frames();
           f.rate = r.sample_rate();
           f.channels = r.channels();
+          f.truncated = r.truncated_at_open();
           // frames 0: the header does not say its length (a streamed WAV): nothing to check a
           // segment against, and no duration for an item that needs one (below)
         } catch (const Error& e) {
@@ -576,6 +578,13 @@ Inspection inspect_items(std::vector<Item>& items, const std::vector<Manifest>& 
       if (it.duration < 0) it.duration = 0;
       unreadable.push_back((it.line ? origin_of(it, manifests) + ": " : "") + it.probe_error);
     } else if (f.check.kind == EntryCheck::File && f.need_header) {
+      // a file that holds less than its header says: the planned length would be what is there,
+      // and the item a shorter one with exit 0, while the same file with a duration in a JSON
+      // line is an error of its item: a bad entry, whatever the manifest kind (issue 26)
+      if (!f.truncated.empty()) {
+        problems.add(where + ": " + f.truncated);
+        continue;
+      }
       bool clipped = false;
       if (const std::string why = check_against_header(it, {f.frames, f.rate, f.channels}, clipped); !why.empty()) {
         problems.add(where + ": " + why);
