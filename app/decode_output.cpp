@@ -123,7 +123,11 @@ DecodedAudioWriter::DecodedAudioWriter(const Config& c, const TokenFile& t, cons
          int64_t(double(t.codes.frames) * c.frame_size() * r_.rate / c.sample_rate) + r_.rate),
       rs_(c.sample_rate, r_.rate),
       remaining_(!o.no_trim && t.meta.original_samples ? *t.meta.original_samples : INT64_MAX),
-      bar_(what, t.codes.frames * c.frame_size(), double(t.codes.frames * c.frame_size()) / c.sample_rate, !quiet) {}
+      bar_(what, t.codes.frames * c.frame_size(), double(t.codes.frames * c.frame_size()) / c.sample_rate, !quiet) {
+  if (o.no_trim && !t.meta.original_samples)  // said, never silently ignored (as --recover is)
+    spdlog::warn("{}: --no-trim does nothing here: the token file records no original length (.npy, .txt), so "
+                 "nothing is trimmed anyway", what);
+}
 
 void DecodedAudioWriter::write(const float* y, int64_t n) {
   bar_.update(done_ += n);

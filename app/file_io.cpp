@@ -205,6 +205,24 @@ void set_protected_inputs(const std::vector<std::string>& inputs) {
   }
 }
 
+void refuse_std_streams_onto(const std::vector<std::string>& inputs) {
+  for (const int fd : {2, 1}) {
+    struct stat out{};
+    if (::fstat(fd, &out) != 0 || !S_ISREG(out.st_mode)) continue;
+    for (const std::string& p : inputs) {
+      struct stat in{};
+      if (p.empty() || p == "-" || ::stat(p.c_str(), &in) != 0 || in.st_dev != out.st_dev || in.st_ino != out.st_ino)
+        continue;
+      if (fd == 2) {  // nothing may be written there, this message included
+        const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null >= 0) ::dup2(null, 2), ::close(null);
+      }
+      throw Error(ErrorKind::Output, std::string(fd == 1 ? "stdout" : "stderr") + " is the input file " + p +
+                                         " (the shell opened it for the output: >>, 1<>): refused, nothing written to it");
+    }
+  }
+}
+
 // ---- output
 
 void write_all(int fd, const void* data, size_t n, const std::string& what) {

@@ -35,6 +35,11 @@ int open_input(const std::string& path);
 // refused even with --force. Set once per command by the batch loop; from then on an OutputFile
 // also refuses a path this process has already opened as an output (two inputs, one output).
 void set_protected_inputs(const std::vector<std::string>& inputs);
+// The shell may open stdout or stderr on an input (`mimi encode in.wav -o - >> in.wav`, `1<>`,
+// `2>> in.wav`): writing there would change the input with exit 0. Throws Error(Output) when fd 1
+// or 2 is a regular file that is one of `inputs` (same device and inode), before anything is
+// written; a stderr that is an input is first pointed at /dev/null (the message cannot go there).
+void refuse_std_streams_onto(const std::vector<std::string>& inputs);
 
 // One output file. To a regular path: a hidden temporary beside it (".NAME.mimi-tmp.HOST.PID.N")
 // that commit() fsyncs and renames into place - without replacing a file that appeared meanwhile

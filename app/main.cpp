@@ -179,9 +179,10 @@ void on_terminate() {
 
 const char* kExitCodes =
     "Exit codes: 0 ok, 2 usage error, 3 unreadable or malformed input, 4 weights/config missing, bad or\n"
-    "mismatched, 5 output not written (exists without --force, or I/O error), 6 device not available,\n"
+    "mismatched, 5 output not written (exists without --force, or writing failed: disk full, file-size\n"
+    "limit, read-only or unwritable place, an I/O error while writing), 6 device not available,\n"
     "70 internal error, 75 the machine failed, not the input (out of memory or file descriptors, an I/O\n"
-    "error): run again. 128+N killed by signal N (SIGINT, SIGTERM, SIGHUP, SIGUSR1/2, SIGALRM, SIGXCPU...;\n"
+    "error while reading): run again. 128+N killed by signal N (SIGINT, SIGTERM, SIGHUP, SIGUSR1/2, SIGALRM, SIGXCPU...;\n"
     "nothing half-written is left). With several\n"
     "inputs, a failing input is reported and the rest still run; the exit code is that of the first failure.";
 
@@ -541,6 +542,14 @@ int run_main(int argc, char** argv) {
 
   App runner(common);
   auto run = [&]() -> int {
+    {  // the files this command reads by name, which stdout and stderr must not be
+      std::vector<std::string> inputs = *e ? enc.inputs : *d ? dec.inputs : *r ? rt.inputs : *i ? info_files
+                                        : *dp ? ds_plan.manifests : std::vector<std::string>{};
+      if (*c) inputs.push_back(conv.input);
+      for (const std::string& w : {common.weights, common.config, bench.weights, bench.config, bench.input})
+        inputs.push_back(w);
+      refuse_std_streams_onto(inputs);
+    }
     if (*e) return runner.encode(enc);
     if (*d) return runner.decode(dec);
     if (*r) return runner.roundtrip(rt);

@@ -394,3 +394,75 @@ TEST_CASE("classes: a WAV holding less than its header says is an error in the d
                        "mimi dataset encode --plan p --shard 0/1 -o o -q; cat o/shards/shard-00000.errors.jsonl");
   CHECK(r.out.find("less audio than planned") != std::string::npos);
 }
+
+// ---- the eleventh probe's findings (issue 26)
+
+TEST_CASE("classes: stdout or stderr opened by the shell on an input is refused before anything is written") {
+  Sandbox box("clsp11std");
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o t.mimi -q && cp in.wav keep.wav && cp t.mimi keep.mimi && "
+                 "cp " + Sandbox::escape(box.weights) + " w.safetensors")
+              .code == 0);
+  int runs = 0;
+  for (const std::string redir : {">>", "1<>", ">", "2>>"})
+    for (const auto& [cmd, victim] :
+         std::vector<std::pair<std::string, std::string>>{{"mimi encode in.wav -o - --format text", "in.wav"},
+                                                          {"mimi encode in.wav -o o.mimi -f --json", "in.wav"},
+                                                          {"mimi decode t.mimi -o -", "t.mimi"},
+                                                          {"mimi info t.mimi in.wav", "t.mimi"},
+                                                          {"mimi convert t.mimi -o - --format text", "t.mimi"},
+                                                          {"mimi encode --stream in.wav -o -", "in.wav"},
+                                                          {"mimi encode in.wav -o o.mimi -f -v --weights w.safetensors",
+                                                           "w.safetensors"}}) {
+      if (redir == ">" && victim == "w.safetensors") continue;  // (the shell empties it before mimi starts)
+      REQUIRE(box.sh("cp keep.wav in.wav && cp keep.mimi t.mimi").code == 0);
+      const std::string before = box.get(victim);
+      const Run r = box.sh(cmd + " " + redir + " " + victim);
+      CAPTURE(cmd);
+      CAPTURE(redir);
+      check_sane(r);
+      ++runs;
+      if (redir == ">") {  // the shell has emptied the input already: it is an empty input now
+        CHECK(r.code != 0);
+        continue;
+      }
+      CHECK(r.code == 5);
+      CHECK(box.get(victim) == before);
+      if (redir != "2>>") CHECK(r.err.find("is the input file") != std::string::npos);
+    }
+  CHECK(runs == 27);
+}
+
+TEST_CASE("classes: a bookkeeping file that cannot be read is the machine's failure, never a damaged shard") {
+  Sandbox box("clsp11eio");
+  write_wav(box / "a.wav", tone(12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mkdir c && mv a.wav c/ && mimi dataset plan c -o P --shards 1 -q && mimi dataset encode --plan P --shard 0/1 -o O -q").code == 0);
+  // /proc/self/mem looks like a file and fails every read with EIO in the reading process
+  for (const std::string f : {"shard-00000.done", "shard-00000.index.jsonl", "shard-00000.errors.jsonl"}) {
+    REQUIRE(box.sh("rm -rf X && cp -a O X && ln -sf /proc/self/mem X/shards/" + f).code == 0);
+    const std::string before = box.get("X/shards/shard-00000.tar");
+    for (const std::string cmd : {"mimi dataset status X --todo --format ranges", "mimi dataset verify X",
+                                  "mimi dataset encode --plan P --shard 0/1 -o X -q"}) {
+      const Run r = box.sh(cmd);
+      CAPTURE(f);
+      CAPTURE(cmd);
+      CAPTURE(r.err);
+      check_sane(r);
+      CHECK(r.code == 75);
+      CHECK(r.out.empty());
+      CHECK(box.get("X/shards/shard-00000.tar") == before);
+    }
+  }
+}
+
+TEST_CASE("classes: --no-trim says it does nothing where the tokens record no original length") {
+  Sandbox box("clsp11trim");
+  write_wav(box / "in.wav", tone(24000 + 100, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  for (const std::string x : {"npy", "txt", "mimi", "safetensors"}) {
+    const Run r = box.sh("mimi encode in.wav -o t." + x + " -q -f && mimi decode t." + x + " -o d.wav -f --no-trim");
+    CAPTURE(x);
+    CHECK(r.code == 0);
+    const bool records = x == "mimi" || x == "safetensors";
+    CHECK((r.err.find("--no-trim does nothing") != std::string::npos) == !records);
+  }
+}

@@ -306,15 +306,28 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset, const
     return nullptr;
   };
   json d, ds;
+  // A record that cannot be read is not a damaged one: the read's own error (EIO: the machine,
+  // exit 75; permission denied) goes up, never "encoding the shard again" over a good shard.
+  auto read = [&](const std::string& path) {
+    try {
+      return read_all(path);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Environment) throw;
+      throw Error(ErrorKind::Environment, std::string(e.what()) + " (the output's own record: a failure of the file "
+                                                                  "system, not of the shard; run again once it reads)");
+    }
+  };
   try {
-    d = json::parse(read_all(p.done));
+    d = json::parse(read(p.done));
     if (!d.is_object()) return invalid("not a JSON object");
     if (!dataset) {
       const std::string dj = (fs::path(p.out) / "dataset.json").string();
       if (!fs::exists(dj, ec)) return invalid("there is no dataset.json beside it: not taken as done");
-      ds = json::parse(read_all(dj));
+      ds = json::parse(read(dj));
       dataset = &ds;
     }
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     return invalid(std::string("damaged: ") + e.what());
   }

@@ -53,6 +53,9 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
       try {
         const std::vector<uint8_t> b = read_input(p.done);
         done = json::parse(b.begin(), b.end());
+      } catch (const Error& e) {
+        if (e.kind() == ErrorKind::Environment) throw;  // the machine's failure is never a verdict
+        done = nullptr;
       } catch (const std::exception&) {
         done = nullptr;
       }
@@ -79,6 +82,7 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
   try {
     members = read_tar(tar, p.tar);
   } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Environment) throw;  // an I/O error says nothing of the shard: exit 75
     bad(e.what());
     return check_done();
   }
@@ -87,6 +91,7 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
     index = read_json_lines(p.index);
     errors = read_json_lines(p.errors);
   } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Environment) throw;
     bad(e.what());
     return check_done();
   }
@@ -219,6 +224,7 @@ int verify(const VerifyOptions& o) {
     try {
       verify_shard(plan, i, ShardPaths(o.out, i), ds, bad, tot);
     } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Environment) throw;
       bad(shard_name(i) + ": " + e.what());
     }
   }
