@@ -76,6 +76,9 @@ size_t records_the_tar_bears_out(const std::vector<JournalEntry>& entries, int f
       if (r == 0) return i;           // the tar ends before the record does
       got += size_t(r);
     }
+    // its bytes as written (a bit flipped since, in any member, is caught here, not in verify's
+    // view of a finished shard whose .done was computed over the damage)
+    if (!e.sha256.empty() && sha256_hex(span.data(), span.size()) != e.sha256) return i;
     span.insert(span.end(), end_blocks.begin(), end_blocks.end());
     try {
       const std::vector<TarMember> m = read_tar(span, what);
@@ -106,11 +109,17 @@ void write_text(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+namespace {
+bool is_sha256(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+}  // namespace
+
 // The path is bytes (put_path); the message is free text, dumped with json_dump (never a type_error).
 json JournalEntry::to_json() const {
   if (ok)
     return {{"k", "ok"}, {"i", index}, {"key", key}, {"offset", offset}, {"end", end}, {"frames", frames},
-            {"samples", samples}};
+            {"samples", samples}, {"sha256", sha256}};
   json j = {{"k", "err"}, {"i", index}, {"key", key}};
   put_path(j, "path", path);
   j["stage"] = stage;
@@ -130,6 +139,8 @@ JournalEntry JournalEntry::from_json(const json& j) {
     e.offset = j.at("offset").get<uint64_t>();
     e.frames = j.at("frames").get<int64_t>();
     e.samples = j.at("samples").get<int64_t>();
+    e.sha256 = j.value("sha256", "");
+    if (!e.sha256.empty() && !is_sha256(e.sha256)) throw std::runtime_error("not a sha256");
   } else {
     e.path = get_path(j, "path");
     e.stage = j.at("stage").get<std::string>();
@@ -186,10 +197,6 @@ const std::string kOptionalDoneField = "config_fingerprint";
 // Seconds summed item by item against a total divided once, or hours written and read back:
 // equal up to rounding, while one sample (1/24000 s) more or less is not.
 bool close(double a, double b) { return std::fabs(a - b) <= 1e-6 + 1e-9 * std::max(std::fabs(a), std::fabs(b)); }
-
-bool is_sha256(const std::string& s) {
-  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
-}
 
 }  // namespace
 
@@ -551,6 +558,7 @@ void ShardWriter::add_item(size_t index, const std::string& key, const std::vect
   e.end = tar_size_;
   e.frames = frames;
   e.samples = samples;
+  e.sha256 = sha256_hex(members.data(), members.size());
   record(std::move(e));
 }
 

@@ -23,6 +23,9 @@ struct JournalEntry {
   std::string key;
   uint64_t offset = 0, end = 0;  // ok: the tar offsets of its first header and after its last member
   int64_t frames = 0, samples = 0;
+  // ok: sha256 of its bytes [offset, end) in the tar, so a resume believes the bytes too, not only
+  // their structure ("" in journals written before it: structure only)
+  std::string sha256;
   std::string path, stage, message;  // an error
   nlohmann::json to_json() const;
   static JournalEntry from_json(const nlohmann::json& j);
