@@ -73,6 +73,9 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
                                       " samples, which " + std::to_string(t.codes.frames) +
                                       " frames cannot hold (ceil(samples / " + std::to_string(c.frame_size()) +
                                       ") frames): an edited or damaged header");
+  if (allow_mismatch && t.meta.weights_fingerprint.empty() && t.meta.config_fingerprint.empty())
+    spdlog::warn("{}: --allow-weights-mismatch does nothing here: the token file records no weights to compare "
+                 "(.npy, .txt)", what);
   if (!t.meta.weights_fingerprint.empty() && t.meta.weights_fingerprint != eng.model().fingerprint) {
     if (!allow_mismatch)
       throw Error(ErrorKind::Weights, what + ": made with other weights (fingerprint " + t.meta.weights_fingerprint +

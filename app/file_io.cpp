@@ -287,6 +287,13 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
   if (const int n = descriptor_path(path); n >= 0) {
     fd_ = ::fcntl(n, F_DUPFD_CLOEXEC, 3);
     if (fd_ < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot write (not an open descriptor)");
+    // a descriptor the shell opened on an input (`-o /dev/fd/3 3>> in.wav`) is the input
+    struct stat st{};
+    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) && protected_inputs().count({st.st_dev, st.st_ino})) {
+      ::close(fd_);
+      fd_ = -1;
+      throw Error(ErrorKind::Output, path + ": the descriptor is open on an input of this command; not written");
+    }
     return;
   }
   if (!path.empty() && path.back() == '/')  // a folder's name: no file can be published under it

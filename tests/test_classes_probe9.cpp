@@ -494,3 +494,56 @@ TEST_CASE("classes: a resume believes the bytes of journaled items, not only the
   }
   CHECK(flips >= 9);
 }
+
+// ---- the twelfth probe's findings (issue 26)
+
+TEST_CASE("classes: an output naming a descriptor the shell opened on an input is refused") {
+  Sandbox box("clsp12fd");
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi encode in.wav -o t.mimi -q && cp in.wav keep.wav && cp t.mimi keep.mimi").code == 0);
+  for (const std::string path : {"/dev/fd/3", "/proc/self/fd/3"})
+    for (const std::string redir : {"3>>", "3<>"})
+      for (const auto& [cmd, victim] : std::vector<std::pair<std::string, std::string>>{
+               {"mimi encode in.wav -o", "in.wav"}, {"mimi decode t.mimi -o", "t.mimi"},
+               {"mimi convert t.mimi --format text -o", "t.mimi"}, {"mimi roundtrip in.wav -o", "in.wav"}}) {
+        REQUIRE(box.sh("cp keep.wav in.wav && cp keep.mimi t.mimi").code == 0);
+        const Run r = box.sh(cmd + " " + path + " " + redir + " " + victim);
+        CAPTURE(cmd);
+        CAPTURE(path);
+        CAPTURE(redir);
+        check_sane(r);
+        CHECK(r.code == 5);
+        CHECK(box.get(victim) == box.get(victim == "in.wav" ? "keep.wav" : "keep.mimi"));
+      }
+  // a descriptor on another file is written as before
+  CHECK(box.sh("mimi convert t.mimi --format text -o /dev/fd/3 3> o.txt").code == 0);
+  CHECK(!box.get("o.txt").empty());
+}
+
+TEST_CASE("classes: the tool's own JSON Lines read back with their exact ids; a mismatch allowance says when it has nothing to allow") {
+  Sandbox box("clsp12hex");
+  REQUIRE(box.sh("mkdir bx").code == 0);
+  for (const std::string name : {"caf\xe9", "caf\xe8", "x\xff\xfe", "\xe6\xbc\xa2"})
+    write_wav(box / ("bx/" + name + ".wav"), tone(4800, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  const Run r = box.sh("mimi dataset plan bx -o p1 --shards 1 -q && mimi dataset plan p1/shard-00000.jsonl -o p2 --shards 1 -q");
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const std::regex key(R"("key":"[^"]*")");
+  auto keys = [&](const std::string& text) {
+    std::vector<std::string> k;
+    for (std::sregex_iterator it(text.begin(), text.end(), key), end; it != end; ++it) k.push_back(it->str());
+    return k;
+  };
+  CHECK(keys(box.get("p1/shard-00000.jsonl")).size() == 4);
+  CHECK(keys(box.get("p1/shard-00000.jsonl")) == keys(box.get("p2/shard-00000.jsonl")));
+  box.put("bad.jsonl", "{\"path\": \"bx/x.wav\", \"id_hex\": \"6\"}\n");
+  CHECK(box.sh("mimi dataset plan bad.jsonl -o p3 --shards 1 -q").code == 3);
+
+  write_wav(box / "in.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  for (const std::string x : {"npy", "txt", "mimi", "safetensors"}) {
+    const Run d = box.sh("mimi encode in.wav -o t." + x + " -q -f && mimi decode t." + x + " -o d.wav -f --allow-weights-mismatch");
+    CAPTURE(x);
+    CHECK(d.code == 0);
+    CHECK((d.err.find("--allow-weights-mismatch does nothing") != std::string::npos) == (x == "npy" || x == "txt"));
+  }
+}

@@ -184,7 +184,15 @@ void read_jsonl(const std::string& path, const std::string& base_dir, const std:
       else if (c.is_number_integer() && c.get<int64_t>() >= 0 && c.get<int64_t>() < kMaxChannels) it.channel = c.get<int>();
       else throw Error(ErrorKind::Input, where + ": 'channel' must be a channel index or \"mix\"");
     }
-    if (j.contains("id")) {
+    if (j.contains("id_hex")) {  // the exact bytes, as the tool writes a non-UTF-8 id (as path_hex for a path)
+      try {
+        it.id = get_path(j, "id");
+      } catch (const std::exception&) {
+        throw Error(ErrorKind::Input, where + ": 'id_hex' is not an even string of hex digits");
+      }
+      if (it.id.empty()) throw Error(ErrorKind::Input, where + ": 'id_hex' names an empty id");
+      if (it.id.find('\0') != std::string::npos) throw Error(ErrorKind::Input, where + ": the 'id' holds a NUL byte");
+    } else if (j.contains("id")) {
       const json& v = j["id"];
       if (v.is_string() && !v.get<std::string>().empty()) it.id = v.get<std::string>();
       else if (v.is_number_integer()) it.id = std::to_string(v.get<int64_t>());
