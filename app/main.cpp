@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -237,28 +238,29 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
   sub->add_flag("--no-trim", d.no_trim, "Keep the padding of the last frame instead of trimming to the original length");
 }
 
+// the options of add_common, which every mode honours
+#define MIMI_COMMON_OPTIONS "--weights", "--config", "--device", "--threads", "--json", "--quiet", "--verbose", "--force"
+
 // --stream runs another engine (app/stream.cpp) than the file modes, and it honours only the
 // options named here: every other option of the command given with --stream is refused by name
 // (CLI11's excludes, exit 2), so an option added to a command later is refused in the stream mode
 // until that mode honours it, never silently ignored there.
 // The --stream option's help lists what it honours from the same list, so the two cannot disagree.
 void stream_honours(CLI::App* sub, CLI::Option* stream, std::initializer_list<const char*> honoured) {
+  static const char* const kCommon[] = {MIMI_COMMON_OPTIONS};  // listed once, as "the common options"
   std::string listed;
   for (CLI::Option* opt : sub->get_options()) {
     if (opt == stream || opt->check_name("--help")) continue;
     bool ok = false;
     for (const char* name : honoured) ok = ok || opt->check_name(name);
     if (!ok) opt->excludes(stream);
-    else if (!opt->get_positional() && !opt->check_name("--weights") && !opt->check_name("--config") &&
-             !opt->check_name("--device") && !opt->check_name("--threads") && !opt->check_name("--json") &&
-             !opt->check_name("--quiet") && !opt->check_name("--verbose") && !opt->check_name("--force"))
+    else if (!opt->get_positional() &&
+             std::none_of(std::begin(kCommon), std::end(kCommon), [&](const char* c) { return opt->check_name(c); }))
       listed += (listed.empty() ? "" : ", ") + opt->get_name();
   }
   stream->description(stream->get_description() + "; honours " + listed +
                       " and the common options (--weights ... --force), refuses the rest (exit 2)");
 }
-// the options of add_common, which every mode honours
-#define MIMI_COMMON_OPTIONS "--weights", "--config", "--device", "--threads", "--json", "--quiet", "--verbose", "--force"
 
 }  // namespace
 
