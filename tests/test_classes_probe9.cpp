@@ -20,11 +20,14 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "app/audio_io.h"
 #include "codec/error.h"
 #include "support/cli.h"
 
 using namespace mimi::test;
+using json = nlohmann::json;
 
 namespace {
 
@@ -365,6 +368,57 @@ TEST_CASE("classes: finite but corrupt weights that overflow the model are the w
   CHECK(r.code == 4);
   CHECK(!fs::exists(box / "o/shards/shard-00000.errors.jsonl"));
   CHECK(!fs::exists(box / "o/shards/shard-00000.done"));
+  // ... and leaves no record of those weights behind: the fixed ones run into the same output
+  CHECK(!fs::exists(box / "o/dataset.json"));
+  const Run st = box.sh("mimi dataset status o --plan p --format ranges");
+  CHECK(st.code == 0);
+  CHECK(st.out == "0\n");
+  const Run fixed = box.sh("mimi dataset encode --plan p --shard 0/1 -o o -q --weights " + Sandbox::escape(box.weights) +
+                           " --config config.json && mimi dataset verify o -q");
+  CHECK_MESSAGE(fixed.code == 0, fixed.err);
+  CHECK(json::parse(box.get("o/dataset.json"))["weights_fingerprint"].is_string());
+}
+
+TEST_CASE("classes: settings are bound to an output by its first recorded item, not by a run that recorded none") {
+  Sandbox box("clsfirstrec");
+  fs::create_directories(box / "c");
+  for (int i = 0; i < 3; ++i) write_wav(box / ("c/a" + std::to_string(i) + ".wav"), tone(6000 + 2400 * i, 1, 24000), 24000, 1,
+                                        SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o p --shards 3 -q").code == 0);
+  // A shard begun with n_q 8 and stopped before its first item (the begin line alone, as a kill
+  // at the first item leaves it, and no dataset.json): another n_q is no change of a shard's work.
+  const std::string journal = "o/shards/shard-00001.journal";
+  REQUIRE(box.sh("mimi dataset encode --plan p --shard 1/3 -o o -q --n-q 8").code == 0);
+  const json made = json::parse(box.get("o/dataset.json"));
+  json b = {{"k", "begin"}, {"shard", 1}, {"t", 1.0e9}};
+  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"}) b[k] = made.at(k);
+  const std::string begin = b.dump() + "\n";
+  for (const char* gone : {"o/dataset.json", "o/shards/shard-00001.done", "o/shards/shard-00001.tar",
+                                   "o/shards/shard-00001.index.jsonl", "o/shards/shard-00001.errors.jsonl"})
+    fs::remove(box / gone);
+  box.put(journal, begin);
+  Run r = box.sh("mimi dataset status o --plan p --format ranges");
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out == "0-2\n");
+  r = box.sh("mimi dataset encode --plan p --shard 1/3 -o o -q --n-q 4");
+  CHECK_MESSAGE(r.code == 0, r.err);
+  CHECK(json::parse(box.get("o/dataset.json"))["n_q"] == 4);
+  CHECK(json::parse(box.get("o/shards/shard-00001.done"))["n_q"] == 4);
+  // once an item is recorded the settings are the output's: other ones are refused, shard and output
+  r = box.sh("mimi dataset encode --plan p --shard 2/3 -o o -q --n-q 8");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("n_q") != std::string::npos);
+  box.put(journal, begin + "{\"i\":0}\n");  // a begin line of n_q 8 with something recorded after it
+  fs::remove(box / "o/shards/shard-00001.done");
+  r = box.sh("mimi dataset status o --plan p");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("holds their work") != std::string::npos);
+  r = box.sh("mimi dataset encode --plan p --shard 1/3 -o o -q --n-q 4");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("holds their work") != std::string::npos);
+  // a refused run wrote nothing: shard 2 has no journal, and dataset.json is the first run's
+  CHECK(!fs::exists(box / "o/shards/shard-00002.journal"));
+  CHECK(json::parse(box.get("o/dataset.json"))["n_q"] == 4);
 }
 
 TEST_CASE("classes: a WAV holding less than its header says is an error in the dataset mode, whatever the manifest") {

@@ -158,7 +158,8 @@ class Progress {
 json read_dataset_json(const std::string& out) {
   const std::string path = (fs::path(out) / "dataset.json").string();
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error(ErrorKind::Usage, path + ": missing (no shard of this output has been started)");
+  if (!fs::exists(path, ec))
+    throw Error(ErrorKind::Usage, path + ": missing (no item of this output has been recorded yet; give --plan PLAN/)");
   const std::vector<uint8_t> text = read_input(path);
   try {
     return json::parse(text.begin(), text.end());
@@ -216,6 +217,7 @@ int encode_shard(const EncodeShardOptions& o) {
                                                journal_header(shard, {{"shards", plan.shards}, {"plan_sha256", plan.digest}}));
         !m.empty())
       throw Error(ErrorKind::Usage, m);
+  std::error_code ec;
   std::string stale;
   json done = read_done(paths, &stale, nullptr, &plan);
   if (!stale.empty()) spdlog::warn("{}; encoding the shard again", stale);  // (as status lists it, naming why)
@@ -229,8 +231,12 @@ int encode_shard(const EncodeShardOptions& o) {
   Engine& eng = *le.engine;
   if (o.n_q < 1 || o.n_q > eng.config().n_q)
     throw Error(ErrorKind::Usage, "--n-q must be 1.." + std::to_string(eng.config().n_q));
+  // dataset.json records the model this output's shards hold: one that is there is held to this run
+  // now; a missing one is written when this run records its first item (below), not before, so a
+  // run refused at its first item (weights that load but overflow the model: exit 4) leaves no
+  // record of its model behind to refuse the next run's.
   const json dsj = dataset_json(o, plan, eng);
-  ensure_dataset_json(o.out, dsj);
+  if (fs::exists(fs::path(o.out) / "dataset.json", ec)) ensure_dataset_json(o.out, dsj);
   if (!done.is_null() && !(o.retry_errors && done.value("errors", 0) > 0)) {
     spdlog::info("{}: already done ({} items, {} errors); nothing to do", name, done.value("items", 0), done.value("errors", 0));
     return 0;
@@ -238,12 +244,12 @@ int encode_shard(const EncodeShardOptions& o) {
   const int rate = eng.config().sample_rate;
   const json header = journal_header(shard, dsj);  // (status holds a journal to the same one)
   if (!done.is_null()) reopen_for_retry(paths);
-  std::error_code ec;
   bool retried = fs::exists(paths.retry_tar, ec);
   fs::remove(paths.failed, ec);
 
   while (true) {
     ShardWriter w(paths, header, o.sync_items, o.sync_seconds);
+    w.before_first_record([&] { ensure_dataset_json(o.out, dsj); });
     const double run_started = unix_now();
     // --retry-errors: items that succeeded before are copied from the earlier tar, the rest redone
     std::map<std::string, Reused> reuse;

@@ -379,9 +379,16 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset, const
   return invalid(w + ": not taken as done");
 }
 
+// A journal's fields that say where it came from without binding a run to them: the plan's folder
+// (a plan moved elsewhere is the same plan; its digest decides). `status OUT/` reads it from the
+// journals while no item has been recorded and so no dataset.json names the plan.
+const char* const kJournalInfo[] = {"plan", "plan_hex"};
+
 json journal_header(int shard, const json& dataset) {
   json h = {{"shard", shard}};
   for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"})
+    if (dataset.is_object() && dataset.contains(k)) h[k] = dataset[k];
+  for (const char* k : kJournalInfo)
     if (dataset.is_object() && dataset.contains(k)) h[k] = dataset[k];
   return h;
 }
@@ -398,13 +405,41 @@ json journal_begin(const std::string& journal) {
   return nullptr;  // (a first line cut or garbled: the worker begins the journal anew)
 }
 
-std::string journal_mismatch(const std::string& journal, const json& begin, const json& header) {
+namespace {
+
+bool journal_agrees(const json& begin, const json& header) {
   bool same = begin.is_object();
   for (const auto& [k, v] : header.items())
     // (a journal begun before the config was fingerprinted lacks it: resumed, as it was before)
-    same = same && (begin.value(k, json()) == v || (k == kOptionalDoneField && !begin.contains(k)));
-  if (same) return "";
-  return journal + ": this shard was begun with other settings (" + json_dump(begin) + "); remove its files to start it over";
+    same = same && (begin.value(k, json()) == v || (k == kOptionalDoneField && !begin.contains(k)) ||
+                    std::find(std::begin(kJournalInfo), std::end(kJournalInfo), k) != std::end(kJournalInfo));
+  return same;
+}
+
+// Whether a journal's text holds any complete line after its "begin" line (which ends at `from`):
+// a record of work (an item, an error, the seal), or at least something that may have been one.
+bool holds_records(const std::string& text, size_t from) {
+  for (size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1)
+    if (nl > from) return true;
+  return false;
+}
+
+std::string refusal(const std::string& journal, const json& begin) {
+  return journal + ": this shard was begun with other settings (" + json_dump(begin) + ") and holds their work; "
+         "remove its files to start it over";
+}
+
+}  // namespace
+
+std::string journal_mismatch(const std::string& journal, const json& begin, const json& header) {
+  if (journal_agrees(begin, header)) return "";
+  // A journal begun but holding no item is no work of those settings: the worker begins it anew
+  // (so a run refused at its first item - weights that overflow, exit 4 - leaves nothing that
+  // refuses the next run with the fixed ones).
+  const std::string text = read_all(journal);
+  const size_t nl = text.find('\n');
+  if (nl == std::string::npos || !holds_records(text, nl + 1)) return "";
+  return refusal(journal, begin);
 }
 
 std::vector<json> read_json_lines(const std::string& path) {
@@ -458,7 +493,11 @@ void ShardWriter::resume(const json& header) {
     }
     if (!begun) {
       if (j.value("k", "") != "begin") break;
-      if (const std::string m = journal_mismatch(p_.journal, j, header); !m.empty()) throw Error(ErrorKind::Usage, m);
+      if (!journal_agrees(j, header)) {
+        if (holds_records(text, nl + 1)) throw Error(ErrorKind::Usage, refusal(p_.journal, j));
+        spdlog::info("{}: begun with other settings but holding no item: begun again with this run's", p_.journal);
+        break;  // (not begun: the journal and the tar start empty)
+      }
       begun = true;
       begun_at_ = j.value("t", 0.0);
       header_end_ = nl + 1;
@@ -549,6 +588,7 @@ void ShardWriter::resume(const json& header) {
 void ShardWriter::add_item(size_t index, const std::string& key, const std::vector<uint8_t>& members, int64_t frames,
                            int64_t samples) {
   if (index != next_ || sealed_) throw Error(ErrorKind::Internal, "shard items out of order");
+  run_before_record();
   write_all(tar_fd_, members.data(), members.size(), p_.partial);
   JournalEntry e;
   e.index = index;
@@ -565,6 +605,7 @@ void ShardWriter::add_item(size_t index, const std::string& key, const std::vect
 void ShardWriter::add_error(size_t index, const std::string& key, const std::string& path, const std::string& stage,
                             const std::string& message) {
   if (index != next_ || sealed_) throw Error(ErrorKind::Internal, "shard items out of order");
+  run_before_record();
   JournalEntry e;
   e.index = index;
   e.ok = false;
@@ -632,7 +673,15 @@ void ShardWriter::journal_line(const json& j) {
   pending_.clear();
 }
 
+void ShardWriter::run_before_record() {
+  if (!before_record_) return;
+  const std::function<void()> f = std::move(before_record_);
+  before_record_ = nullptr;
+  f();
+}
+
 json ShardWriter::finish(const json& extra) {
+  run_before_record();  // (a shard of no items records its seal first)
   if (!sealed_) {
     sync();
     const std::vector<uint8_t> end = tar_end();

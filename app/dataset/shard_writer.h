@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -88,8 +90,8 @@ nlohmann::json journal_header(int shard, const nlohmann::json& dataset);
 nlohmann::json journal_begin(const std::string& journal);
 // The one check of a journal's "begin" line against a run's header (every field the header has),
 // for the worker - before it loads a model, the plan's part; resuming, all of it - and for status
-// deciding what is left to run: "" when they agree, else the worker's refusal (naming the
-// journal and what to do).
+// deciding what is left to run: "" when they agree or the journal holds no item (the worker
+// begins such a journal anew), else the worker's refusal (naming the journal and what to do).
 std::string journal_mismatch(const std::string& journal, const nlohmann::json& begin, const nlohmann::json& header);
 // The entries of a finished shard's index / errors files.
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
@@ -98,7 +100,7 @@ class ShardWriter {
  public:
   // Takes the shard's lock (Error(Output) when another worker holds it) and resumes its journal.
   // `header` describes the run (plan digest, n_q, weights): a journal begun with another header
-  // is refused (Error(Usage)).
+  // is refused (Error(Usage)) when it holds work, begun anew when it holds none.
   ShardWriter(const ShardPaths& paths, const nlohmann::json& header, int sync_items, double sync_seconds);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
@@ -109,6 +111,10 @@ class ShardWriter {
   size_t errors() const { return errors_; }
   bool sealed() const { return sealed_; }  // the tar is complete; only finish() is left
   double begun_at() const { return begun_at_; }  // Unix time the shard's first run began
+
+  // `f` runs once, before this writer records its first item, error or seal (and may throw: then
+  // nothing is recorded): the output's dataset.json is written when work is, not before.
+  void before_first_record(std::function<void()> f) { before_record_ = std::move(f); }
 
   // Appends an item's members (whole ustar members) to the tar. Throws Error(Output).
   void add_item(size_t index, const std::string& key, const std::vector<uint8_t>& members, int64_t frames,
@@ -131,7 +137,9 @@ class ShardWriter {
   void record(JournalEntry e);        // an item done: journal line queued, next index
   void pend(const JournalEntry& e);  // queues its journal line
   void maybe_sync();
+  void run_before_record();
 
+  std::function<void()> before_record_;
   ShardPaths p_;
   int tar_fd_ = -1, journal_fd_ = -1, lock_fd_ = -1;
   uint64_t tar_size_ = 0;

@@ -1,11 +1,13 @@
 // `mimi dataset status`: what is done, partial, failed or still to do, per shard.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <vector>
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/shard_writer.h"
@@ -77,13 +79,33 @@ std::string ranges(const std::vector<int>& v) {
   return out;
 }
 
+namespace {
+
+// The plan folder a begun journal names: dataset.json is written with an output's first recorded
+// item, so while workers are still on their first items only their journals say which plan they run.
+std::string plan_of_journals(const std::string& out) {
+  std::error_code ec;
+  std::vector<std::string> journals;
+  for (fs::directory_iterator d(fs::path(out) / "shards", ec), end; !ec && d != end; d.increment(ec))
+    if (d->path().extension() == ".journal") journals.push_back(d->path().string());
+  std::sort(journals.begin(), journals.end());
+  for (const std::string& j : journals)
+    if (const json begin = journal_begin(j); begin.is_object() && begin.contains("plan")) try {
+        return get_path(begin, "plan");
+      } catch (const std::exception&) {
+      }
+  throw Error(ErrorKind::Usage, out + ": no dataset.json yet (no shard started); give --plan PLAN/");
+}
+
+}  // namespace
+
 int status(const StatusOptions& o) {
   check_status_options(o);
   std::error_code ec;
   std::string plan_dir;
   if (o.plan) plan_dir = *o.plan;
   else if (fs::exists(fs::path(o.out) / "dataset.json", ec)) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
-  else throw Error(ErrorKind::Usage, o.out + ": no dataset.json yet (no shard started); give --plan PLAN/");
+  else plan_dir = plan_of_journals(o.out);
   const Plan plan = read_plan(plan_dir);
   // What the worker asks before it writes anything: an output of another plan (replaced with
   // --force, or another --plan) is refused here as there, with the same message and exit 2, so
