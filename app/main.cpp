@@ -15,14 +15,14 @@
 #include <exception>
 #include <iostream>
 
-#include "app/audio_io.h"
-#include "app/bench.h"
-#include "app/gpu_trace.h"
-#include "app/commands.h"
+#include "app/cli/bench.h"
+#include "app/cli/commands.h"
+#include "app/cli/gpu_trace.h"
 #include "app/dataset/dataset.h"
-#include "app/threads_env.h"
-#include "app/file_io.h"
-#include "app/json_bytes.h"
+#include "app/formats/audio_io.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
+#include "app/sys/threads_env.h"
 #include "codec/error.h"
 #include "codec/open_file.h"
 
@@ -105,7 +105,7 @@ void hint_dash_names(int argc, char** argv) {
 }
 
 // Every message is one line however odd the file names in it: control characters (a newline in a
-// name) and bytes that are not UTF-8 are written as \xNN (app/json_bytes.h). The one place where
+// name) and bytes that are not UTF-8 are written as \xNN (app/sys/json_bytes.h). The one place where
 // messages reach the terminal.
 class PrintableMessage : public spdlog::custom_flag_formatter {
  public:
@@ -241,7 +241,7 @@ void add_decode_outputs(CLI::App* sub, DecodeOptions& d) {
 // the options of add_common, which every mode honours
 #define MIMI_COMMON_OPTIONS "--weights", "--config", "--device", "--threads", "--json", "--quiet", "--verbose", "--force"
 
-// --stream runs another engine (app/stream.cpp) than the file modes, and it honours only the
+// --stream runs another engine (app/cli/stream.cpp) than the file modes, and it honours only the
 // options named here: every other option of the command given with --stream is refused by name
 // (CLI11's excludes, exit 2), so an option added to a command later is refused in the stream mode
 // until that mode honours it, never silently ignored there.
@@ -277,7 +277,7 @@ int run_main(int argc, char** argv) {
   reserve_standard_fds();
   std::atexit(on_foreign_exit);
   std::set_terminate(on_terminate);
-  mimi::app::configure_openmp_wait(argv);  // first: may re-exec (app/threads_env.cpp)
+  mimi::app::configure_openmp_wait(argv);  // first: may re-exec (app/sys/threads_env.cpp)
   auto logger = spdlog::stderr_color_mt("mimi");
   spdlog::set_default_logger(logger);
   {

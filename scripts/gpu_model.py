@@ -2,7 +2,7 @@
 """First-order H200 cost model of mimi's GPU plans (issue 27, item 4).
 
 Input: the ops the real GPU plans launch, with their shapes, from `mimi gpu-trace -o TRACE`
-(app/gpu_trace.cpp: the plans run on a kernel table that records instead of computing). For each
+(app/cli/gpu_trace.cpp: the plans run on a kernel table that records instead of computing). For each
 op the model picks the kernel kernels/gpu/ would launch for that shape (the same dispatch rules)
 and prices it as max(compute, memory, latency chain) plus a per-launch floor; a step is the sum
 over its ops. It prints, per workload, the op count, the time per op kind, and the predicted x

@@ -3,7 +3,7 @@
 # every block of every kernel on real threads (MIMI_EMU_EXEC=threads-all), so a missing
 # __syncthreads()/__syncwarp() or a non-atomic shared update is reported as a data race, which
 # fails the test (TSan's exit code 66). test_gpu_emulator also checks that such a race IS reported.
-# Also the reader threads of `encode --batch` (app/read_ahead.h, test_read_ahead).
+# Also the reader threads of `encode --batch` (app/engine_io/read_ahead.h, test_read_ahead).
 # Records its counts through scripts/lib-suite.sh (called by scripts/test.sh, or alone).
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mimi run through the dynamic loader, as the GPU bundle runs it on the device machine
 # (`ld-linux-x86-64.so.2 --library-path LIBS mimi ARGS`, scripts/gpu-check.sh): the start-up
-# re-exec (app/threads_env.cpp) must repeat the loader's command line, not exec the loader with
+# re-exec (app/sys/threads_env.cpp) must repeat the loader's command line, not exec the loader with
 # mimi's arguments (which exited 127 for every command). Each command must give what it gives
 # when run directly.
 #   loader_test.sh MIMI                    the system's loader and libraries (ctest `loader`)

@@ -22,7 +22,7 @@
 #include <sstream>
 #include <thread>
 
-#include "app/token_file.h"
+#include "app/formats/token_file.h"
 #include "support/cli.h"
 #include "support/golden.h"
 

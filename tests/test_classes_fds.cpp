@@ -1,5 +1,5 @@
 // The open-file limit against --batch (issue B4 of the fourth probe): `--batch N` sizes its slots
-// to what `ulimit -n` holds (app/file_io.cpp, batch_slots). A slot of the pipelined batch runners
+// to what `ulimit -n` holds (app/sys/file_io.cpp, batch_slots). A slot of the pipelined batch runners
 // holds up to two items open (the one being read and the one whose last step is still in flight);
 // counting one per slot opened twice the limit's worth of inputs, so every run (and every rerun of
 // a requeued dataset task) failed with EMFILE, exit 75 "run again", without progress.

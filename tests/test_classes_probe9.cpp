@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "app/audio_io.h"
+#include "app/formats/audio_io.h"
 #include "codec/error.h"
 #include "support/cli.h"
 

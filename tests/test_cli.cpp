@@ -14,9 +14,9 @@
 #include <random>
 #include <nlohmann/json.hpp>
 
-#include "app/audio_io.h"
-#include "app/mimi_container.h"
-#include "app/token_file.h"
+#include "app/formats/audio_io.h"
+#include "app/formats/mimi_container.h"
+#include "app/formats/token_file.h"
 #include "codec/error.h"
 #include "support/cli.h"
 #include "support/golden.h"

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "app/token_file.h"
+#include "app/formats/token_file.h"
 #include "support/cli.h"
 #include "support/golden.h"
 

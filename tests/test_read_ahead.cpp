@@ -1,4 +1,4 @@
-// app/read_ahead.h: what a slot reads through ReadAhead is exactly what the source gave, in
+// app/engine_io/read_ahead.h: what a slot reads through ReadAhead is exactly what the source gave, in
 // order, with any read sizes and pool sizes; a source's exception arrives after the samples
 // before it; the next chunk is read while nobody asks (that is its point); and an input dropped
 // with a fetch in flight waits for it.
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "app/read_ahead.h"
+#include "app/engine_io/read_ahead.h"
 
 using mimi::app::ReadAhead;
 using mimi::app::ReaderPool;

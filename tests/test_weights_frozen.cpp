@@ -364,7 +364,7 @@ TEST_CASE("frozen weights: no descriptor left to open the weights is the environ
 
 // test_weights links codec/ only (tests/CMakeLists.txt); locate_weights, the CLI's first look at
 // --weights, is self-contained, so its source is compiled in here.
-#include "app/weights_locate.cpp"
+#include "app/engine_io/weights_locate.cpp"
 
 #include <atomic>
 #include <chrono>
@@ -478,7 +478,7 @@ std::vector<uint8_t> tiny_config_bytes() {
   return {s.begin(), s.end()};
 }
 
-// The CLI's load (app/pipeline.cpp make_engine): locate the weights, resolve the config (for the
+// The CLI's load (app/engine_io/pipeline.cpp make_engine): locate the weights, resolve the config (for the
 // log), load (which resolves it again).
 std::shared_ptr<const Model> cli_load(const std::string& weights, const std::string& config) {
   LoadOptions lo;

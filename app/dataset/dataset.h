@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "app/dataset/plan.h"
-#include "app/pipeline.h"
+#include "app/engine_io/pipeline.h"
 
 namespace mimi::app::dataset {
 
@@ -22,7 +22,7 @@ struct EncodeShardOptions {
   int sync_items = 64;        // journal fsync batch
   double sync_seconds = 10;   // ... or this often
   int batch = 1;              // items encoded at once in the slots of one batched plan (app/dataset/slots.h)
-  int readers = 2;            // with batch > 1: threads reading the items ahead of the slots (app/read_ahead.h)
+  int readers = 2;            // with batch > 1: threads reading the items ahead of the slots (app/engine_io/read_ahead.h)
   bool quiet = false;
 };
 // Every setting that needs no model, checked before one is loaded (app/dataset/options.cpp):

@@ -12,13 +12,13 @@
 #include <sstream>
 
 #include "app/dataset/dataset.h"
-#include "app/progress.h"
 #include "app/dataset/item_files.h"
 #include "app/dataset/prefetch.h"
 #include "app/dataset/shard_writer.h"
 #include "app/dataset/slots.h"
-#include "app/file_io.h"
-#include "app/json_bytes.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
+#include "app/sys/progress.h"
 #include "codec/error.h"
 #include "codec/names.h"
 

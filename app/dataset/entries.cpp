@@ -11,8 +11,8 @@
 #include <set>
 #include <utility>
 
-#include "app/file_io.h"
-#include "app/json_bytes.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {

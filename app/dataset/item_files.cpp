@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "app/dataset/tar.h"
-#include "app/json_bytes.h"
-#include "app/token_file.h"
+#include "app/formats/token_file.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {

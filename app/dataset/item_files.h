@@ -17,7 +17,7 @@ struct ItemAudio {
   int source_rate = 0, source_channels = 0;
 };
 
-// id and path are bytes: put_path (app/json_bytes.h); read them back with get_path.
+// id and path are bytes: put_path (app/sys/json_bytes.h); read them back with get_path.
 nlohmann::json item_record(const Item& it, const ItemAudio& a, const Codes& c, int model_rate);
 // Both members, ready to append to the tar.
 std::vector<uint8_t> item_members(const Item& it, const ItemAudio& a, const Codes& c, int model_rate);

@@ -17,12 +17,12 @@
 
 #include <thread>
 
-#include "app/audio_io.h"
 #include "app/dataset/entries.h"
 #include "app/dataset/item_files.h"
 #include "app/dataset/tar.h"
-#include "app/file_io.h"
-#include "app/json_bytes.h"
+#include "app/formats/audio_io.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
 #include "codec/sha256.h"
 

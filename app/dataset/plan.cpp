@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "app/file_io.h"
-#include "app/json_bytes.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
 #include "codec/sha256.h"
 
@@ -32,7 +32,7 @@ std::string read_file_text(const std::string& path) {
   return {b.begin(), b.end()};
 }
 
-// Paths and ids (ids made from file names) are bytes: put_path / get_path (app/json_bytes.h).
+// Paths and ids (ids made from file names) are bytes: put_path / get_path (app/sys/json_bytes.h).
 json item_json(const Item& it) {
   json j = {{"key", it.key}};
   put_path(j, "id", it.id);

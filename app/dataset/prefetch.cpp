@@ -1,7 +1,7 @@
-#include "app/dataset/prefetch.h"
 #include "app/dataset/entries.h"
+#include "app/dataset/prefetch.h"
 
-#include "app/pipeline.h"
+#include "app/engine_io/pipeline.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {

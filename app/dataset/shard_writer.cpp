@@ -19,12 +19,12 @@
 
 #include "app/dataset/item_files.h"
 #include "app/dataset/plan.h"
-#include "codec/sha256.h"
 #include "app/dataset/tar.h"
-#include "app/file_io.h"
-#include "app/json_bytes.h"
-#include "app/progress.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
+#include "app/sys/progress.h"
 #include "codec/error.h"
+#include "codec/sha256.h"
 
 namespace mimi::app::dataset {
 namespace fs = std::filesystem;

@@ -1,12 +1,12 @@
-#include "app/dataset/slots.h"
 #include "app/dataset/entries.h"
+#include "app/dataset/slots.h"
 
 #include <algorithm>
 #include <map>
 #include <memory>
 
-#include "app/pipeline.h"
-#include "app/read_ahead.h"
+#include "app/engine_io/pipeline.h"
+#include "app/engine_io/read_ahead.h"
 #include "codec/batch.h"
 #include "codec/error.h"
 

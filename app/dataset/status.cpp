@@ -11,7 +11,7 @@
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/shard_writer.h"
-#include "app/json_bytes.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {

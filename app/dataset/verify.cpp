@@ -10,12 +10,12 @@
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/item_files.h"
-#include "codec/sha256.h"
 #include "app/dataset/shard_writer.h"
 #include "app/dataset/tar.h"
-#include "app/file_io.h"
-#include "app/json_bytes.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
+#include "codec/sha256.h"
 
 namespace mimi::app::dataset {
 namespace fs = std::filesystem;

@@ -16,7 +16,7 @@
 #include "app/dataset/dataset.h"
 #include "app/dataset/item_files.h"
 #include "app/dataset/tar.h"
-#include "app/token_file.h"
+#include "app/formats/token_file.h"
 #include "codec/error.h"
 #include "codec/sha256.h"
 #include "support/cli.h"

@@ -10,7 +10,7 @@
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/item_files.h"
-#include "app/json_bytes.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
 #include "support/cli.h"
 

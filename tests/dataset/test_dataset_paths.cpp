@@ -20,7 +20,7 @@
 #include "app/dataset/dataset.h"
 #include "app/dataset/entries.h"
 #include "app/dataset/tar.h"
-#include "app/json_bytes.h"
+#include "app/sys/json_bytes.h"
 #include "codec/error.h"
 #include "support/cli.h"
 

@@ -1,9 +1,9 @@
-// libFuzzer target: audio input as the CLI reads it (app/audio_io.cpp): the bytes as a file
+// libFuzzer target: audio input as the CLI reads it (app/formats/audio_io.cpp): the bytes as a file
 // (memfd path) through AudioReader, block by block, channels averaged, resampled to 24 kHz with
 // StreamResampler; and probe_audio (what `mimi info` does) on the same bytes in memory.
 #include <cmath>
 
-#include "app/audio_io.h"
+#include "app/formats/audio_io.h"
 #include "tests/fuzz/fuzz_common.h"
 
 using namespace mimi;

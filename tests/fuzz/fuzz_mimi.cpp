@@ -1,4 +1,4 @@
-// libFuzzer target: .mimi token files (app/mimi_container.cpp read_mimi, app/token_file.cpp),
+// libFuzzer target: .mimi token files (app/formats/mimi_container.cpp read_mimi, app/formats/token_file.cpp),
 // with and without --recover, then the writers' round trip and decoding with the tiny model as
 // `mimi decode` does. The format is CRC-protected, so the first input byte chooses: bit 0 set =
 // recompute the header, chunk and end-record CRCs of the rest before parsing (mutations reach the

@@ -1,4 +1,4 @@
-// libFuzzer target: .npy token files (app/token_file.cpp read_npy), then, for what the reader accepts, the writers'
+// libFuzzer target: .npy token files (app/formats/token_file.cpp read_npy), then, for what the reader accepts, the writers'
 // round trip and decoding with the tiny model as `mimi decode` does (tests/fuzz/fuzz_support.h).
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_support.h"

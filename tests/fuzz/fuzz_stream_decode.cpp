@@ -1,10 +1,10 @@
-// libFuzzer target: `mimi decode --stream` (app/stream.cpp stream_decode): a .mimi or text
+// libFuzzer target: `mimi decode --stream` (app/cli/stream.cpp stream_decode): a .mimi or text
 // token stream read incrementally and decoded frame by frame with the micro model, output to
 // /dev/null. Input: 1 option byte, then the stream (given as a memfd path).
 //   bits 0-1 output (0 WAV, 1 raw s16le, 2 raw f32le, 3 WAV), bit 2 f32 samples,
 //   bits 3-5 --n-q (0 = all), bit 6 --allow-weights-mismatch,
 //   bit 7 recompute the .mimi CRCs of the stream first (tests/fuzz/fuzz_support.h)
-#include "app/stream.h"
+#include "app/cli/stream.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_support.h"
 

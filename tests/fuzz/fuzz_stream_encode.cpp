@@ -1,10 +1,10 @@
-// libFuzzer target: `mimi encode --stream` (app/stream.cpp stream_encode): a WAV stream header
+// libFuzzer target: `mimi encode --stream` (app/cli/stream.cpp stream_encode): a WAV stream header
 // parser or headerless PCM, downmix, resampling and frame-by-frame encoding with the micro model,
 // output to /dev/null. Input: 2 option bytes, then the stream (given as a memfd path).
 //   byte 0: bits 0-2 sample format (0-3 WAV with header, 4 s16le, 5 s24le, 6 s32le, 7 f32le),
 //           bit 3 text output (else .mimi), bits 4-6 n_q - 1, bit 7 max_chunk 1 (else 8)
 //   byte 1: bits 0-2 raw rate (24000 8000 16000 22050 44100 48000 1000 12000), bits 3-4 channels - 1
-#include "app/stream.h"
+#include "app/cli/stream.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/fuzz/fuzz_support.h"
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "app/audio_io.h"
-#include "app/mimi_container.h"
+#include "app/formats/audio_io.h"
+#include "app/formats/mimi_container.h"
 #include "codec/prng_weights.h"
 #include "codec/weights.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -54,7 +54,7 @@ bool decode_like_cli(const app::TokenFile& t) {
   Engine& eng = tiny_engine();
   const Config& c = eng.config();
   return refused_cleanly([&] {
-    // app/commands.cpp check_tokens, with --allow-weights-mismatch
+    // app/cli/commands.cpp check_tokens, with --allow-weights-mismatch
     if (t.codes.frames < 1) throw Error(ErrorKind::Input, "no complete frames to decode");
     if (t.meta.codebook_size != c.bins && !t.meta.weights_fingerprint.empty())
       throw Error(ErrorKind::Input, "codebook size does not match the model");

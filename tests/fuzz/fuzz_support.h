@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "app/token_file.h"
+#include "app/formats/token_file.h"
 #include "codec/engine.h"
 
 namespace mimi::fuzz {

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "app/mimi_container.h"
-#include "app/token_file.h"
+#include "app/formats/mimi_container.h"
+#include "app/formats/token_file.h"
 #include "codec/prng_weights.h"
 #include "tests/fuzz/fuzz_micro.h"
 #include "tests/fuzz/fuzz_support.h"

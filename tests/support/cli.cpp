@@ -18,7 +18,7 @@
 #include <sstream>
 #include <thread>
 
-#include "app/mimi_container.h"
+#include "app/formats/mimi_container.h"
 #include "support/golden.h"
 
 namespace mimi::test {

@@ -1,6 +1,6 @@
 // libsndfile behind one door: virtual I/O over memory and over a file read with pread, and the
 // one way every audio file is opened (libsndfile's error of a failed open is process-wide state).
-// Internal to the audio code (app/audio_io.cpp).
+// Internal to the audio code (app/formats/audio_io.cpp).
 #pragma once
 
 #include <sndfile.h>

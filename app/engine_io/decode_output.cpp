@@ -1,6 +1,6 @@
-// Token files -> audio files (app/decode_output.h).
-#include "app/decode_output.h"
-#include "app/progress.h"
+// Token files -> audio files (app/engine_io/decode_output.h).
+#include "app/engine_io/decode_output.h"
+#include "app/sys/progress.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,7 +9,7 @@
 #include <climits>
 #include <cstring>
 
-#include "app/file_io.h"
+#include "app/sys/file_io.h"
 
 #include "codec/error.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "app/audio_io.h"
+#include "app/formats/audio_io.h"
 #include "codec/engine.h"
 
 namespace mimi::app {

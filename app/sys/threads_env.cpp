@@ -25,7 +25,7 @@
 // --library-path L mimi ARGS`, as the GPU bundle does), /proc/self/exe is the loader and argv no
 // longer holds the loader's own arguments, so exec(self, argv) asked the loader to run
 // `gen-weights` as a program (exit 127). The kernel's command line is right in both cases.
-#include "app/threads_env.h"
+#include "app/sys/threads_env.h"
 
 #include <fcntl.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-#include "app/audio_io.h"
+#include "app/formats/audio_io.h"
 
 #include <sndfile.h>
 #include <soxr.h>
@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "app/file_io.h"
-#include "app/pcm_stream.h"
-#include "app/sndfile_io.h"
+#include "app/formats/pcm_stream.h"
+#include "app/formats/sndfile_io.h"
+#include "app/sys/file_io.h"
 #include "codec/error.h"
 
 #include <fcntl.h>

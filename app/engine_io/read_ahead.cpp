@@ -1,4 +1,4 @@
-#include "app/read_ahead.h"
+#include "app/engine_io/read_ahead.h"
 
 #include <algorithm>
 #include <system_error>

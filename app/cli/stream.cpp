@@ -1,4 +1,4 @@
-#include "app/stream.h"
+#include "app/cli/stream.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -14,11 +14,11 @@
 #include <optional>
 #include <cmath>
 
-#include "app/audio_io.h"
-#include "app/file_io.h"
-#include "app/mimi_container.h"
-#include "app/pcm_stream.h"
-#include "app/token_file.h"
+#include "app/formats/audio_io.h"
+#include "app/formats/mimi_container.h"
+#include "app/formats/pcm_stream.h"
+#include "app/formats/token_file.h"
+#include "app/sys/file_io.h"
 #include "codec/error.h"
 
 namespace mimi::app {

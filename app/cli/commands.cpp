@@ -1,4 +1,4 @@
-#include "app/commands.h"
+#include "app/cli/commands.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -12,18 +12,18 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "app/decode_output.h"
-#include "app/file_io.h"
-#include "app/json_bytes.h"
-#include "app/pipeline.h"
-#include "app/progress.h"
-#include "app/stream.h"
-#include "app/weights_locate.h"
+#include "app/cli/stream.h"
+#include "app/engine_io/decode_output.h"
+#include "app/engine_io/pipeline.h"
+#include "app/engine_io/weights_locate.h"
+#include "app/sys/file_io.h"
+#include "app/sys/json_bytes.h"
+#include "app/sys/progress.h"
 #include "codec/error.h"
-#include "kernels/cpu/cpu_budget.h"
-#include "kernels/cpu/isa.h"
 #include "codec/prng_weights.h"
 #include "codec/weights.h"
+#include "kernels/cpu/cpu_budget.h"
+#include "kernels/cpu/isa.h"
 
 namespace mimi::app {
 namespace fs = std::filesystem;
@@ -113,7 +113,7 @@ Engine& App::engine() {
 
 void App::emit(const nlohmann::json& record) {
   if (!common_.json) return;
-  // paths are bytes: "input"/"output" that are not UTF-8 get an exact "_hex" twin (app/json_bytes.h)
+  // paths are bytes: "input"/"output" that are not UTF-8 get an exact "_hex" twin (app/sys/json_bytes.h)
   nlohmann::json r = record;
   for (const char* k : {"input", "output"})
     if (r.contains(k) && r[k].is_string()) put_path(r, k, r[k].get<std::string>());

@@ -15,12 +15,12 @@
 #include <memory>
 #include <utility>
 
-#include "app/commands.h"
-#include "app/progress.h"
-#include "app/decode_output.h"
-#include "app/file_io.h"
-#include "app/pipeline.h"
-#include "app/read_ahead.h"
+#include "app/cli/commands.h"
+#include "app/engine_io/decode_output.h"
+#include "app/engine_io/pipeline.h"
+#include "app/engine_io/read_ahead.h"
+#include "app/sys/file_io.h"
+#include "app/sys/progress.h"
 #include "codec/batch.h"
 
 namespace mimi::app {

@@ -8,11 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "app/audio_io.h"
-#include "app/pipeline.h"
-#include "app/token_file.h"
-#include "codec/error.h"
+#include "app/engine_io/decode_output.h"
+#include "app/engine_io/pipeline.h"
+#include "app/formats/audio_io.h"
+#include "app/formats/token_file.h"
 #include "codec/engine.h"
+#include "codec/error.h"
 
 namespace mimi::app {
 
@@ -45,29 +46,10 @@ struct EncodeOptions {
   std::string format;  // empty: from the output extension, else mimi
   bool split_channels = false;
   int batch = 1;  // inputs encoded at once through one batched plan (codec/batch.h)
-  int readers = 2;  // with batch > 1: threads reading the inputs ahead of the slots (app/read_ahead.h)
+  int readers = 2;  // with batch > 1: threads reading the inputs ahead of the slots (app/engine_io/read_ahead.h)
   bool stream = false;
   std::string raw_format;
   int raw_rate = 24000, raw_channels = 1;
-};
-
-struct DecodeOptions {
-  std::vector<std::string> inputs;
-  std::string out;
-  int n_q = -1;  // -1: all codebooks in the file (roundtrip: 8)
-  std::string sample_format = "s16";
-  std::string sample_rate;  // empty = 24000; a number; or "source"
-  bool no_trim = false, recover = false, allow_weights_mismatch = false;
-  bool stream = false;
-  std::string raw_format;  // stream output: "" = WAV, s16le or f32le
-  int batch = 1;           // token files decoded at once through one batched plan (codec/batch.h)
-};
-
-struct DecodeResult {
-  int64_t samples = 0;
-  int rate = 0;
-  uint64_t bytes = 0;
-  double compute = 0;
 };
 
 struct ConvertOptions {
@@ -97,8 +79,8 @@ class App {
   void input_failed(const std::string& in, std::exception_ptr error, int& code);
   int run_each(const std::vector<std::string>& inputs, const std::string& out,
                const std::function<void(const std::string&)>& one);
-  int encode_batched(const EncodeOptions& o);                   // app/batch_commands.cpp
-  int decode_batched(const DecodeOptions& o, SampleFormat sf);  // app/batch_commands.cpp
+  int encode_batched(const EncodeOptions& o);                   // app/cli/batch_commands.cpp
+  int decode_batched(const DecodeOptions& o, SampleFormat sf);  // app/cli/batch_commands.cpp
   // The log line and --json record of one decoded file (d.compute 0: decoded in a batch).
   void report_decoded(const std::string& in, const std::string& path, const TokenFile& t, int n_q,
                       const DecodeResult& d, double wall);

@@ -1,5 +1,5 @@
-#include "app/json_bytes.h"
-#include "app/bench.h"
+#include "app/cli/bench.h"
+#include "app/sys/json_bytes.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,12 +8,12 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "app/pipeline.h"
-#include "app/progress.h"
-#include "codec/error.h"
-#include "app/weights_locate.h"
+#include "app/engine_io/pipeline.h"
+#include "app/engine_io/weights_locate.h"
+#include "app/sys/progress.h"
 #include "codec/batch.h"
 #include "codec/engine.h"
+#include "codec/error.h"
 #include "codec/prng_weights.h"
 #include "codec/weights.h"
 #include "kernels/cpu/isa.h"

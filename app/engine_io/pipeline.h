@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "app/audio_io.h"
+#include "app/formats/audio_io.h"
 #include "codec/engine.h"
 #include "codec/weights.h"
 

@@ -1,13 +1,13 @@
-#include "app/pipeline.h"
+#include "app/engine_io/pipeline.h"
 
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cmath>
 
-#include "app/audio_io.h"
-#include "app/progress.h"
-#include "app/weights_locate.h"
+#include "app/engine_io/weights_locate.h"
+#include "app/formats/audio_io.h"
+#include "app/sys/progress.h"
 #include "codec/error.h"
 #include "codec/weights.h"
 #include "kernels/cpu/cpu_budget.h"

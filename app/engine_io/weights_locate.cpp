@@ -1,4 +1,4 @@
-#include "app/weights_locate.h"
+#include "app/engine_io/weights_locate.h"
 
 #include <sys/stat.h>
 

@@ -1,5 +1,5 @@
-// libsndfile through virtual I/O, and the one way every audio file is opened (app/sndfile_io.h).
-#include "app/sndfile_io.h"
+// libsndfile through virtual I/O, and the one way every audio file is opened (app/formats/sndfile_io.h).
+#include "app/formats/sndfile_io.h"
 
 #include <unistd.h>
 

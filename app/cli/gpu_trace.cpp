@@ -4,9 +4,9 @@
 // through upload/download), the fused GPU ops, no fused resblock. Memory itself is host memory
 // (allocations and transfers are real, so the plans' host-side logic runs as it does on a GPU);
 // the compute ops do nothing, so the codes are zeros, which decode reads as valid codes.
-#include "app/gpu_trace.h"
+#include "app/cli/gpu_trace.h"
 
-#include "app/file_io.h"
+#include "app/sys/file_io.h"
 
 #include <cstdio>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "app/file_io.h"
+#include "app/sys/file_io.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "app/pcm_stream.h"
+#include "app/formats/pcm_stream.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "app/audio_io.h"
+#include "app/formats/audio_io.h"
 #include "codec/error.h"
 
 namespace mimi::app {

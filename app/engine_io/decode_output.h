@@ -5,14 +5,34 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
-#include "app/audio_io.h"
-#include "app/commands.h"
-#include "app/progress.h"
-#include "app/token_file.h"
+#include "app/formats/audio_io.h"
+#include "app/formats/token_file.h"
+#include "app/sys/progress.h"
 #include "codec/engine.h"
 
 namespace mimi::app {
+
+// What a decoding command asks (decode, roundtrip, decode --batch, decode --stream).
+struct DecodeOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  int n_q = -1;  // -1: all codebooks in the file (roundtrip: 8)
+  std::string sample_format = "s16";
+  std::string sample_rate;  // empty = 24000; a number; or "source"
+  bool no_trim = false, recover = false, allow_weights_mismatch = false;
+  bool stream = false;
+  std::string raw_format;  // stream output: "" = WAV, s16le or f32le
+  int batch = 1;           // token files decoded at once through one batched plan (codec/batch.h)
+};
+
+struct DecodeResult {
+  int64_t samples = 0;
+  int rate = 0;
+  uint64_t bytes = 0;
+  double compute = 0;
+};
 
 // Refuses, from its first bytes, an input that cannot be a token file of the format its name (or
 // failing that, its content) says: /dev/zero or a WAV given to decode fails at once.

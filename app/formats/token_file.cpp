@@ -1,5 +1,5 @@
-#include "app/json_bytes.h"
-#include "app/token_file.h"
+#include "app/formats/token_file.h"
+#include "app/sys/json_bytes.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "app/mimi_container.h"
+#include "app/formats/mimi_container.h"
 #include "codec/error.h"
 #include "codec/safetensors.h"
 

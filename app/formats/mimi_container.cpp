@@ -1,5 +1,5 @@
-#include "app/json_bytes.h"
-#include "app/mimi_container.h"
+#include "app/formats/mimi_container.h"
+#include "app/sys/json_bytes.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "app/json_bytes.h"
+#include "app/sys/json_bytes.h"
 
 #include <cstdint>
 
