@@ -15,7 +15,7 @@
 #include <memory>
 #include <utility>
 
-#include "app/cli/commands.h"
+#include "app/cli/shell.h"
 #include "app/engine_io/decode_output.h"
 #include "app/engine_io/pipeline.h"
 #include "app/engine_io/read_ahead.h"

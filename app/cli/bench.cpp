@@ -1,4 +1,6 @@
 #include "app/cli/bench.h"
+
+#include "app/cli/command.h"
 #include "app/sys/json_bytes.h"
 
 #include <algorithm>
@@ -266,6 +268,59 @@ int run_bench(const BenchOptions& o) {
                     100 * v.seconds / total, v.flops / 1e9, v.seconds > 0 ? v.flops / v.seconds / 1e9 : 0.0);
     }
   return 0;
+}
+
+namespace {
+
+class Bench : public Command {
+ public:
+  BenchOptions o;
+  void check() override {
+    const bool on_gpu = o.device.rfind("cuda", 0) == 0 || o.device.rfind("hip", 0) == 0;
+    refuse_inert({{sub->get_option("--no-graphs"), on_gpu, "a GPU --device (the CPU runs no graphs)"},
+                  {sub->get_option("--verbose"), on_gpu, "a GPU --device (the CPU prints its stage table always)"}});
+  }
+  std::vector<std::string> inputs() const override { return {o.weights, o.config, o.input}; }
+  int run(const Common&) override { return run_bench(o); }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> add_bench(CLI::App& app, Common&) {
+  auto cmd = std::make_unique<Bench>();
+  BenchOptions& bench = cmd->o;
+  CLI::App* b = cmd->sub =
+      app.add_subcommand("bench", "Time encode and decode (table of wall time, real-time factor, GFLOP/s, stages)");
+  // every value checked here, so a typo is a usage error (exit 2), never a crash or an allocation
+  // of 1e9 seconds of signal reported as the machine's failure
+  b->add_option("--seconds", bench.seconds, "Input lengths in seconds, each in (0, 3600]")
+      ->capture_default_str()
+      ->delimiter(',')
+      ->check(finite_in(1e-3, 3600.0));
+  b->add_option("--runs", bench.runs, "Timed runs per direction and length (after one warm-up)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  b->add_option("--n-q", bench.n_q, "Codebooks")->capture_default_str()->check(CLI::Range(1, 32));
+  b->add_option("--weights", bench.weights, "Weights [default: the full-size PRNG test weights]");
+  b->add_option("--config", bench.config, "Config for --weights");
+  b->add_option("--input", bench.input, "Audio file, repeated to each length [default: a synthetic speech-like signal]");
+  b->add_option("--threads", bench.threads, "CPU threads (0 = all)")->capture_default_str()->check(CLI::Range(0, 1024));
+  b->add_option("--device", bench.device, "cpu, ref, cuda[:i] or hip[:i]")->capture_default_str();
+  b->add_option("--batch", bench.batch, "Inputs per timed run, at once in the slots of one batched plan (times are per input); also the slots of the latency steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(45000)));
+  b->add_option("--latency-frames", bench.latency_frames, "Frames streamed one by one for the latency line (0 = skip)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(45000)));
+  b->add_flag("-v,--verbose", bench.gpu_stages,
+              "On a GPU: also the stage table, from device events around each stage of one more run op by op "
+              "(on the CPU the stage table is always printed)");
+  b->add_flag("--json", bench.json, "One JSON object on stdout");
+  b->add_flag("!--no-graphs", bench.graphs, "On a GPU: run every step op by op (no graph capture and replay)");
+  return cmd;
 }
 
 }  // namespace mimi::app

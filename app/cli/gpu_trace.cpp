@@ -6,6 +6,7 @@
 // the compute ops do nothing, so the codes are zeros, which decode reads as valid codes.
 #include "app/cli/gpu_trace.h"
 
+#include "app/cli/command.h"
 #include "app/sys/file_io.h"
 
 #include <cstdio>
@@ -229,6 +230,32 @@ int run_gpu_trace(const GpuTraceOptions& o) {
   }
   out.commit();
   return 0;
+}
+
+namespace {
+
+class GpuTrace : public Command {
+ public:
+  GpuTraceOptions o;
+  int run(const Common&) override { return run_gpu_trace(o); }
+};
+
+}  // namespace
+
+std::unique_ptr<Command> add_gpu_trace(CLI::App& app, Common&) {
+  auto cmd = std::make_unique<GpuTrace>();
+  GpuTraceOptions& trace = cmd->o;
+  CLI::App* gt = cmd->sub = app.add_subcommand("gpu-trace", "The ops the GPU plans launch, with shapes, as JSON Lines for "
+                                                            "scripts/gpu_model.py (the H200 cost model); no GPU needed");
+  gt->add_option("-o,--output", trace.out, "Trace file (JSON Lines)")->required();
+  gt->add_option("--config", trace.config, "Test config of the PRNG weights: tiny, tiny-window or full")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "tiny-window", "full"}));
+  gt->add_option("--seconds", trace.seconds, "Offline lengths (batch 1)")->delimiter(',')->check(finite_in(1e-3, 3600.0));
+  gt->add_option("--batches", trace.batches, "Offline batches of 128 frames")->delimiter(',')->check(CLI::Range(1, 4096));
+  gt->add_option("--slots", trace.slots, "Streaming slots")->delimiter(',')->check(CLI::Range(1, 4096));
+  gt->group("Developer");
+  return cmd;
 }
 
 }  // namespace mimi::app

@@ -1,4 +1,6 @@
-// The subcommands of the mimi executable, separated from argument parsing (main.cpp).
+// What the commands of the mimi executable share (app/cli/<command>.cpp, each registered in
+// main.cpp's table): exit codes, the common options, the App that loads the engine once and runs
+// a command over its inputs one by one (a failing input reported, the rest still run).
 #pragma once
 
 #include <exception>
@@ -57,8 +59,22 @@ struct ConvertOptions {
   bool recover = false;
 };
 
+// --sample-format s16|s24|f32 (Error(Usage) otherwise).
+SampleFormat parse_sample_format(const std::string& s);
+// The token format of an output: --format when given, else its extension, else mimi.
+TokenFormat token_format_for(const std::string& flag, const std::string& out_path);
+// Whether bytes / an extension are those of an audio file (an audio file given where tokens go).
+bool looks_like_audio(const uint8_t* p, size_t n);
+bool looks_like_audio_name(std::string ext);
+// `--format F -o NAME.ext` where .ext names another token format (or audio) is refused
+// (Error(Usage)) rather than writing content that contradicts its extension.
+void check_format_matches_output(const std::string& flag, const std::string& out,
+                                 const std::vector<std::string>& inputs = {});
+
 class App {
  public:
+  // Each command's body is in its own file with its options: app/cli/encode.cpp, decode.cpp
+  // (decode, roundtrip), info.cpp, convert.cpp, gen_weights.cpp; --batch in batch_commands.cpp.
   explicit App(Common c) : common_(std::move(c)) {}
   int encode(const EncodeOptions& o);
   int decode(const DecodeOptions& o);
