@@ -380,4 +380,21 @@ TEST_CASE("classes: weights from the Hugging Face cache follow refs/main") {
   CHECK(box.sh("env -u MIMI_WEIGHTS HF_HOME=$PWD/hf mimi encode in.wav -o a.mimi -q").code == 0);
   CHECK(box.sh("env -u MIMI_WEIGHTS -u HF_HOME HF_HUB_CACHE=$PWD/hf/hub mimi encode in.wav -o b.mimi -q").code == 0);
   CHECK(box.get("a.mimi") == box.get("b.mimi"));
+  // refs/main naming a broken snapshot (missing, dangling link, a directory in its place) is the
+  // weights' error naming it, never another snapshot's model in its place (thirteenth probe)
+  for (const std::string& broken : {std::string("rm -f S/model.safetensors"), std::string("ln -sf ../../blobs/gone S/model.safetensors"),
+                                    std::string("rm -f S/model.safetensors && mkdir S/model.safetensors")}) {
+    std::string cmd = "rm -rf " + R + "/snapshots/new && mkdir -p " + R + "/snapshots/new && cp '" + box.weights + "' " + R +
+                      "/snapshots/new/model.safetensors && " + broken + " && printf new > " + R + "/refs/main";
+    for (size_t at; (at = cmd.find("S/")) != std::string::npos;) cmd.replace(at, 2, R + "/snapshots/new/");
+    REQUIRE(box.sh(cmd).code == 0);
+    const Run r = box.sh("rm -f c.mimi; env -u MIMI_WEIGHTS HF_HOME=$PWD/hf mimi encode in.wav -o c.mimi -q");
+    CAPTURE(broken);
+    CHECK(r.code == 4);
+    CHECK(r.err.find("snapshots/new") != std::string::npos);
+    CHECK(!fs::exists(box / "c.mimi"));
+  }
+  // without refs/main, the newest snapshot that holds a weights file
+  REQUIRE(box.sh("rm " + R + "/refs/main && rm -rf " + R + "/snapshots/aaa").code == 0);
+  CHECK(box.sh("env -u MIMI_WEIGHTS HF_HOME=$PWD/hf mimi encode in.wav -o d.mimi -q").code == 0);
 }

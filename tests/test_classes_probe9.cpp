@@ -601,3 +601,83 @@ TEST_CASE("classes: the tool's own JSON Lines read back with their exact ids; a 
     CHECK((d.err.find("--allow-weights-mismatch does nothing") != std::string::npos) == (x == "npy" || x == "txt"));
   }
 }
+
+// ---- the thirteenth probe's findings (issue 26)
+
+TEST_CASE("classes: a first run that failed before recording an item binds the output to nothing") {
+  Sandbox box("clsp13bind");
+  fs::create_directories(box / "c");
+  for (int i = 0; i < 2; ++i) write_wav(box / ("c/a" + std::to_string(i) + ".wav"), tone(6000 + 2400 * i, 1, 24000), 24000, 1,
+                                        SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o p --shards 2 -q && mimi dataset encode --plan p --shard 0/2 -o ref -q --n-q 8").code == 0);
+  const json made = json::parse(box.get("ref/dataset.json"));
+  json b = {{"k", "begin"}, {"shard", 1}, {"t", 1.0e9}};
+  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"}) b[k] = made.at(k);
+  // What a run with n_q 8 leaves when the disk fills at its first item (the dataset.json it wrote
+  // before the record, a journal begun), in every combination, with and without a partial tar.
+  for (const bool journal : {false, true})
+    for (const bool partial : {false, true}) {
+      REQUIRE(box.sh("rm -rf o && mkdir -p o/shards && cp ref/dataset.json o/").code == 0);
+      if (journal) box.put("o/shards/shard-00001.journal", b.dump() + "\n");
+      if (partial) box.put("o/shards/shard-00001.tar.partial", std::string(700, 'x'));
+      CAPTURE(journal);
+      CAPTURE(partial);
+      const Run st = box.sh("mimi dataset status o --plan p --format ranges");
+      CHECK_MESSAGE(st.code == 0, st.err);
+      CHECK(st.out == "0-1\n");
+      const Run r = box.sh("mimi dataset encode --plan p --shard 1/2 -o o --n-q 4");
+      CHECK_MESSAGE(r.code == 0, r.err);
+      CHECK(r.err.find("recorded no item") != std::string::npos);
+      CHECK(json::parse(box.get("o/dataset.json"))["n_q"] == 4);
+      // now bound: shard 0 with n_q 8 is refused, status and verify agree with the worker
+      const Run again = box.sh("mimi dataset encode --plan p --shard 0/2 -o o --n-q 8");
+      CHECK(again.code == 2);
+      CHECK(box.sh("mimi dataset encode --plan p --shard 0/2 -o o --n-q 4 -q && mimi dataset verify o -q").code == 0);
+    }
+}
+
+TEST_CASE("classes: a file truncated after it was planned is the item's error, by however little") {
+  Sandbox box("clsp13trunc");
+  fs::create_directories(box / "c");
+  write_wav(box / "c/t.wav", tone(24000 * 3, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  write_wav(box / "c/u.wav", tone(12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o p --shards 1 -q").code == 0);
+  const std::string full = box.get("c/t.wav");
+  for (const size_t cut : {size_t(2), size_t(960), size_t(4800), full.size() / 3})
+    for (const char* batch : {"", " --batch 2"}) {
+      box.put("c/t.wav", full.substr(0, full.size() - cut));
+      const Run r = box.sh(std::string("rm -rf o; mimi dataset encode --plan p --shard 0/1 -o o -q") + batch +
+                           "; cat o/shards/shard-00000.errors.jsonl");
+      CAPTURE(cut);
+      CAPTURE(batch);
+      CHECK(r.code == 0);
+      CHECK(r.out.find("t.wav") != std::string::npos);
+      CHECK(r.out.find("u.wav") == std::string::npos);
+      CHECK(json::parse(box.get("o/shards/shard-00000.done"))["errors"] == 1);
+      CHECK(box.sh("mimi dataset plan c -o p2 --shards 1 -q").code == 3);  // as plan judges the same bytes
+    }
+}
+
+TEST_CASE("classes: a batch the open-file limit cuts to one slot runs wherever the one-by-one run does") {
+  Sandbox box("clsp13fds");
+  fs::create_directories(box / "c");
+  for (int i = 0; i < 3; ++i) write_wav(box / ("c/x" + std::to_string(i) + ".wav"), tone(4800 * (i + 1), 1, 24000), 24000, 1,
+                                        SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o p --shards 1 -q && mimi dataset encode --plan p --shard 0/1 -o ref -q").code == 0);
+  const std::string want = box.get("ref/shards/shard-00000.tar");
+  int compared = 0;
+  for (int n = 5; n <= 14; ++n)
+    for (const int batch : {2, 3, 8}) {
+      const std::string lim = "ulimit -n " + std::to_string(n) + "; ";
+      const Run one = box.sh("rm -rf o1; (" + lim + "mimi dataset encode --plan p --shard 0/1 -o o1 -q)");
+      if (one.code != 0) continue;  // a limit too low for anything: not this case
+      const Run r = box.sh("rm -rf ob; (" + lim + "mimi dataset encode --plan p --shard 0/1 -o ob -q --batch " +
+                           std::to_string(batch) + ")");
+      CAPTURE(n);
+      CAPTURE(batch);
+      CHECK_MESSAGE(r.code == 0, r.err);
+      if (r.code == 0) CHECK(box.get("ob/shards/shard-00000.tar") == want);
+      ++compared;
+    }
+  CHECK(compared > 0);
+}

@@ -91,9 +91,9 @@ void check_same(const json& have, const json& want, const std::string& path) {
 
 void ensure_dataset_json(const std::string& out, const json& want) {
   const std::string path = (fs::path(out) / "dataset.json").string();
+  const std::string text = json_dump(want, 1) + "\n";
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    const std::string text = json_dump(want, 1) + "\n";
     try {
       write_output(path, std::vector<uint8_t>(text.begin(), text.end()), false);
       return;
@@ -101,7 +101,15 @@ void ensure_dataset_json(const std::string& out, const json& want) {
       if (!fs::exists(path, ec)) throw;  // another worker made it first: compare with theirs
     }
   }
-  check_same(read_dataset_json(out), want, path);
+  try {
+    check_same(read_dataset_json(out), want, path);
+  } catch (const Error& e) {
+    // Settings that recorded nothing bind nothing: a first run that wrote dataset.json and then
+    // failed before its first record was durable (a full disk, a kill) is replaced, not obeyed.
+    if (e.kind() == ErrorKind::Environment || output_holds_records(out)) throw;
+    spdlog::warn("{}: made by a run that recorded no item ({}): replaced with this run's settings", path, e.what());
+    write_output(path, std::vector<uint8_t>(text.begin(), text.end()), true);
+  }
 }
 
 // Moves a finished shard aside as the source of its good items, for --retry-errors.
@@ -179,6 +187,7 @@ std::string plan_named_by(const json& dataset, const std::string& out) {
 json dataset_of_plan(const std::string& out, const Plan& plan) {
   std::error_code ec;
   if (!fs::exists(fs::path(out) / "dataset.json", ec)) return nullptr;
+  if (!output_holds_records(out)) return nullptr;  // (left by a run that recorded nothing: binds nothing)
   json have = read_dataset_json(out);
   const std::string made_from =
       have.is_object() && have.contains("plan_sha256") && have["plan_sha256"].is_string() ? have["plan_sha256"].get<std::string>() : "";
@@ -312,13 +321,18 @@ int encode_shard(const EncodeShardOptions& o) {
         auto add_result = [&](size_t i, ItemResult&& r) {
           add_reused_before(i);
           const Item& it = items[i];
-          if (!r.warning.empty()) spdlog::warn("{}: {}", it.path, r.warning);
-        // the one rule of how much audio an item must hold (verify applies the same): an item
-        // that ends well before its planned duration is an error, not a short record
-        if (r.error.empty()) {
-          if (std::string why = check_encoded_length(it, r.audio.samples, rate); !why.empty())
-            r.error_stage = "read", r.error = why;
-        }
+          // the one rule of how much audio an item must hold (verify applies the same): an item
+          // that ends well before its planned duration is an error, not a short record; and a file
+          // holding less than its own header says (truncated since it was planned) is the item's
+          // error whatever it lacks, as plan makes it a bad entry (the file modes only warn)
+          if (r.error.empty()) {
+            if (std::string why = check_encoded_length(it, r.audio.samples, rate); !why.empty())
+              r.error_stage = "read", r.error = why;
+            else if (!r.warning.empty())
+              r.error_stage = "read", r.error = it.path + ": " + r.warning;
+          } else if (!r.warning.empty()) {
+            spdlog::warn("{}: {}", it.path, r.warning);
+          }
           if (!r.error.empty()) {
             spdlog::warn("{}: item {} ({}): {}", name, i, it.key, r.error);
             w.add_error(i, it.key, it.path, r.error_stage, r.error);
@@ -330,8 +344,11 @@ int encode_shard(const EncodeShardOptions& o) {
           prog.tick(i + 1, w.errors());
           next_item = i + 1;
         };
-        if (o.batch > 1) {
-          const int slots = batch_slots(o.batch, order.size(), 1);  // every slot holds its item's file open
+        // every slot holds its item's file open; a batch the open-file limit (or the item count) cuts
+        // to one slot runs one by one: the same bytes, with fewer descriptors than one batched slot
+        // takes (two items in flight, reader threads)
+        const int slots = o.batch > 1 ? batch_slots(o.batch, order.size(), 1) : 1;
+        if (slots > 1) {
           encode_items_batched(eng, o.n_q, slots, items, order, rate, add_result, o.readers);
         } else {
           Prefetcher pre(items, order, rate, kPrefetchSamples);

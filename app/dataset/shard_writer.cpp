@@ -431,6 +431,30 @@ std::string refusal(const std::string& journal, const json& begin) {
 
 }  // namespace
 
+bool output_holds_records(const std::string& out) {
+  // What a worker leaves only once it has recorded an item: a .done, a sealed tar, a retry tar, a
+  // journal with a line after its "begin". (.index/.errors files come with a .done.)
+  std::error_code ec;
+  std::vector<std::string> journals;
+  const fs::path dir = fs::path(out) / "shards";
+  if (!fs::exists(dir, ec)) return false;
+  fs::directory_iterator it(dir, ec);
+  if (ec) throw sys_error(ec.value(), ErrorKind::Output, dir.string(), "cannot list");
+  for (const fs::directory_iterator end; it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    auto ends = [&](const std::string& x) { return name.size() > x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0; };
+    if (ends(".done") || ends(".retry.tar") || (ends(".tar") && !ends(".retry.tar"))) return true;
+    if (ends(".journal")) journals.push_back(it->path().string());
+  }
+  if (ec) throw sys_error(ec.value(), ErrorKind::Output, dir.string(), "cannot list");
+  for (const std::string& j : journals) {
+    const std::string text = read_all(j);
+    const size_t nl = text.find('\n');
+    if (nl != std::string::npos && holds_records(text, nl + 1)) return true;
+  }
+  return false;
+}
+
 std::string journal_mismatch(const std::string& journal, const json& begin, const json& header) {
   if (journal_agrees(begin, header)) return "";
   // A journal begun but holding no item is no work of those settings: the worker begins it anew

@@ -93,6 +93,9 @@ nlohmann::json journal_begin(const std::string& journal);
 // deciding what is left to run: "" when they agree or the journal holds no item (the worker
 // begins such a journal anew), else the worker's refusal (naming the journal and what to do).
 std::string journal_mismatch(const std::string& journal, const nlohmann::json& begin, const nlohmann::json& header);
+// Whether any shard of OUT/ holds a recorded item (or error, or seal): until one does, the output
+// is bound to no settings (its dataset.json, if a failed first run left one, is replaced).
+bool output_holds_records(const std::string& out);
 // The entries of a finished shard's index / errors files.
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
 

@@ -50,8 +50,8 @@ std::string locate_weights(const std::string& flag) {
   if (const char* env = std::getenv("MIMI_WEIGHTS"); env && *env) return resolve(env, "$MIMI_WEIGHTS");
   // The hub cache as huggingface_hub finds it: $HF_HUB_CACHE, else $HF_HOME/hub, else
   // ~/.cache/huggingface/hub. In it, the snapshot refs/main names (the one the hub's own tools
-  // load), then, without a usable one, the snapshots newest first (never the directory's order:
-  // with two snapshots that took an arbitrary, possibly broken, one).
+  // load; broken, it is the error), then, without refs/main, the snapshots newest first (never the
+  // directory's order: with two snapshots that took an arbitrary, possibly broken, one).
   fs::path hf, hub;
   if (const char* h = std::getenv("HF_HOME"); h && *h) hf = h;
   else if (const char* home = std::getenv("HOME"); home && *home) hf = fs::path(home) / ".cache" / "huggingface";
@@ -67,6 +67,12 @@ std::string locate_weights(const std::string& flag) {
       if (!main_ref.empty() && main_ref.find('/') == std::string::npos) {
         std::string f = in_dir(snaps / main_ref);
         if (!f.empty()) return f;
+        // The snapshot the hub calls current is broken (an interrupted download leaves a dangling
+        // link): an older snapshot is another model, never taken in its place without a word.
+        throw Error(ErrorKind::Weights, (repo / "refs" / "main").string() + " names snapshot " + main_ref + ", and " +
+                                            (snaps / main_ref).string() +
+                                            " holds no readable model.safetensors (an interrupted download?): "
+                                            "download it again (scripts/download-weights.sh), or pass --weights");
       }
     }
     std::vector<std::pair<fs::file_time_type, fs::path>> all;
