@@ -681,3 +681,32 @@ TEST_CASE("classes: a batch the open-file limit cuts to one slot runs wherever t
     }
   CHECK(compared > 0);
 }
+
+// ---- the fourteenth probe's findings (issue 26)
+
+TEST_CASE("classes: a shard refused for its journal says which setting differs, with the exit code of that setting") {
+  Sandbox box("clsp14kind");
+  fs::create_directories(box / "c");
+  write_wav(box / "c/a.wav", tone(6000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o p --shards 1 -q && mimi dataset encode --plan p --shard 0/1 -o ref -q && "
+                 "mimi gen-weights --config tiny --seed 9 -o wb/w.safetensors -q")
+              .code == 0);
+  const json made = json::parse(box.get("ref/dataset.json"));
+  json b = {{"k", "begin"}, {"shard", 0}, {"t", 1.0e9}};
+  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"}) b[k] = made.at(k);
+  // a journal holding work, its dataset.json removed by hand: other weights are still exit 4
+  for (const auto& [args, code, names] : {std::tuple{std::string("--weights wb/w.safetensors"), 4, "weights_fingerprint"},
+                                          std::tuple{std::string("--n-q 4"), 2, "n_q 8 there, 4 here"}}) {
+    REQUIRE(box.sh("rm -rf o && mkdir -p o/shards").code == 0);
+    box.put("o/shards/shard-00000.journal", b.dump() + "\n{\"i\":0}\n");
+    const Run r = box.sh("mimi dataset encode --plan p --shard 0/1 -o o " + args);
+    CAPTURE(args);
+    CHECK(r.code == code);
+    CHECK(r.err.find(names) != std::string::npos);
+  }
+  // an output directory that cannot be made says why, naming it (not the lock's ENOENT after it)
+  box.put("afile", "x");
+  const Run r = box.sh("mimi dataset encode --plan p --shard 0/1 -o afile/out");
+  CHECK(r.code == 5);
+  CHECK(r.err.find("afile/out/shards: cannot create the directory: Not a directory") != std::string::npos);
+}

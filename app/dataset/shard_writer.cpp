@@ -424,9 +424,20 @@ bool holds_records(const std::string& text, size_t from) {
   return false;
 }
 
-std::string refusal(const std::string& journal, const json& begin) {
-  return journal + ": this shard was begun with other settings (" + json_dump(begin) + ") and holds their work; "
+std::string refusal(const std::string& journal, const json& begin, const json& header) {
+  std::string which;  // the settings that differ, by name
+  for (const auto& [k, v] : header.items())
+    if (!journal_agrees(begin, json{{k, v}})) which += (which.empty() ? "" : ", ") + k + " " + json_dump(begin.value(k, json())) + " there, " + json_dump(v) + " here";
+  return journal + ": this shard was begun with other settings (" + which + ") and holds their work; "
          "remove its files to start it over";
+}
+
+// Other weights or config are the weights' error (exit 4), as dataset.json's check says; any other
+// setting is the command line's (exit 2).
+ErrorKind refusal_kind(const json& begin, const json& header) {
+  for (const char* k : {"weights_fingerprint", "config_fingerprint"})
+    if (header.contains(k) && begin.contains(k) && begin[k] != header[k]) return ErrorKind::Weights;
+  return ErrorKind::Usage;
 }
 
 }  // namespace
@@ -463,7 +474,7 @@ std::string journal_mismatch(const std::string& journal, const json& begin, cons
   const std::string text = read_all(journal);
   const size_t nl = text.find('\n');
   if (nl == std::string::npos || !holds_records(text, nl + 1)) return "";
-  return refusal(journal, begin);
+  return refusal(journal, begin, header);
 }
 
 std::vector<json> read_json_lines(const std::string& path) {
@@ -485,7 +496,8 @@ std::vector<json> read_json_lines(const std::string& path) {
 ShardWriter::ShardWriter(const ShardPaths& paths, const json& header, int sync_items, double sync_seconds)
     : p_(paths), sync_items_(std::max(1, sync_items)), sync_seconds_(sync_seconds), last_sync_(monotonic_seconds()) {
   std::error_code ec;
-  fs::create_directories(fs::path(p_.tar).parent_path(), ec);
+  fs::create_directories(fs::path(p_.tar).parent_path(), ec);  // its own error, not the lock's ENOENT after it
+  if (ec) throw sys_error(ec.value(), ErrorKind::Output, fs::path(p_.tar).parent_path().string(), "cannot create the directory");
   lock_fd_ = ::open(p_.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd_ < 0) fail(p_.lock, "open");
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -518,7 +530,7 @@ void ShardWriter::resume(const json& header) {
     if (!begun) {
       if (j.value("k", "") != "begin") break;
       if (!journal_agrees(j, header)) {
-        if (holds_records(text, nl + 1)) throw Error(ErrorKind::Usage, refusal(p_.journal, j));
+        if (holds_records(text, nl + 1)) throw Error(refusal_kind(j, header), refusal(p_.journal, j, header));
         spdlog::info("{}: begun with other settings but holding no item: begun again with this run's", p_.journal);
         break;  // (not begun: the journal and the tar start empty)
       }
