@@ -44,6 +44,13 @@ std::string open_error(const std::string& path) {
 const std::vector<std::string> kCommon = {"--weights", "--config", "--device", "--threads",
                                           "--json",    "--quiet",  "--verbose", "--force"};
 
+// A journal's "begin" line as a worker of the output `dataset` (its dataset.json) writes it.
+std::string begin_line(const json& dataset, int shard) {
+  json b = {{"k", "begin"}, {"shard", shard}, {"t", 1.0e9}};
+  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"}) b[k] = dataset.at(k);
+  return b.dump() + "\n";
+}
+
 }  // namespace
 
 TEST_CASE("classes: a failed audio open names its own file's error, whatever other threads open") {
@@ -389,10 +396,7 @@ TEST_CASE("classes: settings are bound to an output by its first recorded item, 
   // at the first item leaves it, and no dataset.json): another n_q is no change of a shard's work.
   const std::string journal = "o/shards/shard-00001.journal";
   REQUIRE(box.sh("mimi dataset encode --plan p --shard 1/3 -o o -q --n-q 8").code == 0);
-  const json made = json::parse(box.get("o/dataset.json"));
-  json b = {{"k", "begin"}, {"shard", 1}, {"t", 1.0e9}};
-  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"}) b[k] = made.at(k);
-  const std::string begin = b.dump() + "\n";
+  const std::string begin = begin_line(json::parse(box.get("o/dataset.json")), 1);
   for (const char* gone : {"o/dataset.json", "o/shards/shard-00001.done", "o/shards/shard-00001.tar",
                                    "o/shards/shard-00001.index.jsonl", "o/shards/shard-00001.errors.jsonl"})
     fs::remove(box / gone);
@@ -610,15 +614,13 @@ TEST_CASE("classes: a first run that failed before recording an item binds the o
   for (int i = 0; i < 2; ++i) write_wav(box / ("c/a" + std::to_string(i) + ".wav"), tone(6000 + 2400 * i, 1, 24000), 24000, 1,
                                         SF_FORMAT_WAV | SF_FORMAT_PCM_16);
   REQUIRE(box.sh("mimi dataset plan c -o p --shards 2 -q && mimi dataset encode --plan p --shard 0/2 -o ref -q --n-q 8").code == 0);
-  const json made = json::parse(box.get("ref/dataset.json"));
-  json b = {{"k", "begin"}, {"shard", 1}, {"t", 1.0e9}};
-  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"}) b[k] = made.at(k);
+  const std::string begin = begin_line(json::parse(box.get("ref/dataset.json")), 1);
   // What a run with n_q 8 leaves when the disk fills at its first item (the dataset.json it wrote
   // before the record, a journal begun), in every combination, with and without a partial tar.
   for (const bool journal : {false, true})
     for (const bool partial : {false, true}) {
       REQUIRE(box.sh("rm -rf o && mkdir -p o/shards && cp ref/dataset.json o/").code == 0);
-      if (journal) box.put("o/shards/shard-00001.journal", b.dump() + "\n");
+      if (journal) box.put("o/shards/shard-00001.journal", begin);
       if (partial) box.put("o/shards/shard-00001.tar.partial", std::string(700, 'x'));
       CAPTURE(journal);
       CAPTURE(partial);
@@ -691,14 +693,12 @@ TEST_CASE("classes: a shard refused for its journal says which setting differs, 
   REQUIRE(box.sh("mimi dataset plan c -o p --shards 1 -q && mimi dataset encode --plan p --shard 0/1 -o ref -q && "
                  "mimi gen-weights --config tiny --seed 9 -o wb/w.safetensors -q")
               .code == 0);
-  const json made = json::parse(box.get("ref/dataset.json"));
-  json b = {{"k", "begin"}, {"shard", 0}, {"t", 1.0e9}};
-  for (const char* k : {"shards", "plan_sha256", "n_q", "weights_fingerprint", "config_fingerprint"}) b[k] = made.at(k);
+  const std::string begin = begin_line(json::parse(box.get("ref/dataset.json")), 0);
   // a journal holding work, its dataset.json removed by hand: other weights are still exit 4
   for (const auto& [args, code, names] : {std::tuple{std::string("--weights wb/w.safetensors"), 4, "weights_fingerprint"},
                                           std::tuple{std::string("--n-q 4"), 2, "n_q 8 there, 4 here"}}) {
     REQUIRE(box.sh("rm -rf o && mkdir -p o/shards").code == 0);
-    box.put("o/shards/shard-00000.journal", b.dump() + "\n{\"i\":0}\n");
+    box.put("o/shards/shard-00000.journal", begin + "{\"i\":0}\n");
     const Run r = box.sh("mimi dataset encode --plan p --shard 0/1 -o o " + args);
     CAPTURE(args);
     CHECK(r.code == code);

@@ -407,14 +407,19 @@ json journal_begin(const std::string& journal) {
 
 namespace {
 
-bool journal_agrees(const json& begin, const json& header) {
-  bool same = begin.is_object();
-  for (const auto& [k, v] : header.items())
-    // (a journal begun before the config was fingerprinted lacks it: resumed, as it was before)
-    same = same && (begin.value(k, json()) == v || (k == kOptionalDoneField && !begin.contains(k)) ||
-                    std::find(std::begin(kJournalInfo), std::end(kJournalInfo), k) != std::end(kJournalInfo));
-  return same;
+// The settings of `header` the journal's "begin" line does not share (the plan's folder only
+// informs; a journal begun before the config was fingerprinted lacks it: resumed, as it was before).
+std::vector<std::string> differing(const json& begin, const json& header) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : header.items()) {
+    const bool info = std::find(std::begin(kJournalInfo), std::end(kJournalInfo), k) != std::end(kJournalInfo);
+    const bool optional = k == kOptionalDoneField && begin.is_object() && !begin.contains(k);
+    if (!info && !optional && (!begin.is_object() || begin.value(k, json()) != v)) keys.push_back(k);
+  }
+  return keys;
 }
+
+bool journal_agrees(const json& begin, const json& header) { return begin.is_object() && differing(begin, header).empty(); }
 
 // Whether a journal's text holds any complete line after its "begin" line (which ends at `from`):
 // a record of work (an item, an error, the seal), or at least something that may have been one.
@@ -424,20 +429,25 @@ bool holds_records(const std::string& text, size_t from) {
   return false;
 }
 
-std::string refusal(const std::string& journal, const json& begin, const json& header) {
-  std::string which;  // the settings that differ, by name
-  for (const auto& [k, v] : header.items())
-    if (!journal_agrees(begin, json{{k, v}})) which += (which.empty() ? "" : ", ") + k + " " + json_dump(begin.value(k, json())) + " there, " + json_dump(v) + " here";
-  return journal + ": this shard was begun with other settings (" + which + ") and holds their work; "
-         "remove its files to start it over";
+bool journal_holds_records(const std::string& journal) {
+  const std::string text = read_all(journal);
+  const size_t nl = text.find('\n');
+  return nl != std::string::npos && holds_records(text, nl + 1);
 }
 
-// Other weights or config are the weights' error (exit 4), as dataset.json's check says; any other
-// setting is the command line's (exit 2).
-ErrorKind refusal_kind(const json& begin, const json& header) {
-  for (const char* k : {"weights_fingerprint", "config_fingerprint"})
-    if (header.contains(k) && begin.contains(k) && begin[k] != header[k]) return ErrorKind::Weights;
-  return ErrorKind::Usage;
+// The worker's refusal of a journal that holds work of other settings: naming them, with the exit
+// code of the first that decides it (other weights or config: 4, as dataset.json's check says;
+// any other setting: the command line's, 2).
+Error refusal(const std::string& journal, const json& begin, const json& header) {
+  std::string which;
+  ErrorKind kind = ErrorKind::Usage;
+  for (const std::string& k : differing(begin, header)) {
+    which += (which.empty() ? "" : ", ") + k + " " + json_dump(begin.value(k, json())) + " there, " +
+             json_dump(header[k]) + " here";
+    if (k == "weights_fingerprint" || k == "config_fingerprint") kind = ErrorKind::Weights;
+  }
+  return Error(kind, journal + ": this shard was begun with other settings (" + which +
+                         ") and holds their work; remove its files to start it over");
 }
 
 }  // namespace
@@ -458,12 +468,7 @@ bool output_holds_records(const std::string& out) {
     if (ends(".journal")) journals.push_back(it->path().string());
   }
   if (ec) throw sys_error(ec.value(), ErrorKind::Output, dir.string(), "cannot list");
-  for (const std::string& j : journals) {
-    const std::string text = read_all(j);
-    const size_t nl = text.find('\n');
-    if (nl != std::string::npos && holds_records(text, nl + 1)) return true;
-  }
-  return false;
+  return std::any_of(journals.begin(), journals.end(), journal_holds_records);
 }
 
 std::string journal_mismatch(const std::string& journal, const json& begin, const json& header) {
@@ -471,10 +476,8 @@ std::string journal_mismatch(const std::string& journal, const json& begin, cons
   // A journal begun but holding no item is no work of those settings: the worker begins it anew
   // (so a run refused at its first item - weights that overflow, exit 4 - leaves nothing that
   // refuses the next run with the fixed ones).
-  const std::string text = read_all(journal);
-  const size_t nl = text.find('\n');
-  if (nl == std::string::npos || !holds_records(text, nl + 1)) return "";
-  return refusal(journal, begin, header);
+  if (!journal_holds_records(journal)) return "";
+  return refusal(journal, begin, header).what();
 }
 
 std::vector<json> read_json_lines(const std::string& path) {
@@ -530,7 +533,7 @@ void ShardWriter::resume(const json& header) {
     if (!begun) {
       if (j.value("k", "") != "begin") break;
       if (!journal_agrees(j, header)) {
-        if (holds_records(text, nl + 1)) throw Error(refusal_kind(j, header), refusal(p_.journal, j, header));
+        if (holds_records(text, nl + 1)) throw refusal(p_.journal, j, header);
         spdlog::info("{}: begun with other settings but holding no item: begun again with this run's", p_.journal);
         break;  // (not begun: the journal and the tar start empty)
       }
