@@ -6,7 +6,10 @@
 //   MIMI_FAULT_ERRNO=N     the errno to fail with (a number); unset or 0: the shim does nothing
 //   MIMI_FAULT_PATH=S      fail only for paths containing S (opens), and for the descriptors that
 //                          were opened on such a path (reads)
-//   MIMI_FAULT_OP=open|read|any   which calls fail [default: any]
+//   MIMI_FAULT_OP=open|read|any|rename   which calls fail [default: any: opens and reads];
+//                          rename: rename, renameat, renameat2 whose *destination* matches
+//   MIMI_FAULT_SIGNAL=N    instead of failing the call, raise signal N in it, then (if the
+//                          process lives on: a handler that returns) let the call go on
 //   MIMI_FAULT_AFTER=N     let the first N matching calls pass [default: 0]
 //   MIMI_FAULT_LOG=FILE    append one line per injected failure ("open PATH" / "read FD")
 //
@@ -20,6 +23,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +37,8 @@
 
 static int g_errno = 0;           // 0: inactive
 static const char* g_path = NULL;
-static int g_open = 1, g_read = 1;
+static int g_open = 1, g_read = 1, g_rename = 0;
+static int g_signal = 0;
 static long g_after = 0;
 static long g_seen = 0;           // matching calls so far (atomic)
 static const char* g_log = NULL;
@@ -58,6 +63,9 @@ static ssize_t (*real_preadv)(int, const struct iovec*, int, off_t);
 static ssize_t (*real___read_chk)(int, void*, size_t, size_t);
 static ssize_t (*real___pread_chk)(int, void*, size_t, off_t, size_t);
 static ssize_t (*real___pread64_chk)(int, void*, size_t, off_t, size_t);
+static int (*real_rename)(const char*, const char*);
+static int (*real_renameat)(int, const char*, int, const char*);
+static int (*real_renameat2)(int, const char*, int, const char*, unsigned);
 static int (*real_close)(int);
 static int (*real_fclose)(FILE*);
 
@@ -67,7 +75,7 @@ static void resolve(void) {
 #define R(name) real_##name = (__typeof__(real_##name))dlsym(RTLD_NEXT, #name)
   R(open); R(open64); R(openat); R(openat64); R(__open_2); R(__open64_2); R(__openat_2); R(__openat64_2);
   R(fopen); R(fopen64); R(freopen); R(read); R(pread); R(pread64); R(readv); R(preadv);
-  R(__read_chk); R(__pread_chk); R(__pread64_chk); R(close); R(fclose);
+  R(__read_chk); R(__pread_chk); R(__pread64_chk); R(close); R(fclose); R(rename); R(renameat); R(renameat2);
 #undef R
   __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
 }
@@ -76,11 +84,15 @@ __attribute__((constructor)) static void init(void) {
   resolve();
   const char* e = getenv("MIMI_FAULT_ERRNO");
   g_errno = e ? atoi(e) : 0;
+  const char* sg = getenv("MIMI_FAULT_SIGNAL");
+  g_signal = sg ? atoi(sg) : 0;
+  if (g_signal && !g_errno) g_errno = EIO;  // active; the errno is not used
   g_path = getenv("MIMI_FAULT_PATH");
   if (!g_path || !*g_path) g_errno = 0;
   const char* op = getenv("MIMI_FAULT_OP");
   if (op && strcmp(op, "open") == 0) g_read = 0;
   if (op && strcmp(op, "read") == 0) g_open = 0;
+  if (op && strcmp(op, "rename") == 0) g_open = g_read = 0, g_rename = 1;
   const char* a = getenv("MIMI_FAULT_AFTER");
   g_after = a ? atol(a) : 0;
   g_log = getenv("MIMI_FAULT_LOG");
@@ -103,10 +115,27 @@ static int path_matches(const char* path) { return g_errno && path && strstr(pat
 // One matching call: fail it (1) unless it is among the first MIMI_FAULT_AFTER.
 static int take(void) { return __atomic_add_fetch(&g_seen, 1, __ATOMIC_SEQ_CST) > g_after; }
 
+// An injected fault: with MIMI_FAULT_SIGNAL the signal is raised and the call goes on (0);
+// otherwise the call fails with MIMI_FAULT_ERRNO (1, errno set).
+static int inject_fails(void) {
+  if (g_signal) {
+    raise(g_signal);
+    return 0;
+  }
+  errno = g_errno;
+  return 1;
+}
+
+static int fail_rename(const char* to) {
+  if (!g_rename || !path_matches(to) || !take()) return 0;
+  log_line("rename", to);
+  return inject_fails();
+}
+
 static int fail_open(const char* path) {
   if (!g_open || !path_matches(path) || !take()) return 0;
   log_line("open", path);
-  return 1;
+  return inject_fails();
 }
 
 static void track(int fd, const char* path) {
@@ -122,7 +151,7 @@ static int fail_read(int fd) {
   char d[32];
   snprintf(d, sizeof d, "%d", fd);
   log_line("read", d);
-  return 1;
+  return inject_fails();
 }
 
 static mode_t mode_arg(int flags, va_list ap) {
@@ -131,10 +160,7 @@ static mode_t mode_arg(int flags, va_list ap) {
 
 #define OPEN_BODY(call)               \
   resolve();                          \
-  if (fail_open(path)) {              \
-    errno = g_errno;                  \
-    return -1;                        \
-  }                                   \
+  if (fail_open(path)) return -1;     \
   const int fd = call;                \
   track(fd, path);                    \
   return fd;
@@ -174,10 +200,7 @@ int __openat64_2(int dirfd, const char* path, int flags) { OPEN_BODY(real___open
 
 #define FOPEN_BODY(call)              \
   resolve();                          \
-  if (fail_open(path)) {              \
-    errno = g_errno;                  \
-    return NULL;                      \
-  }                                   \
+  if (fail_open(path)) return NULL;   \
   FILE* f = call;                     \
   if (f) track(fileno(f), path);      \
   return f;
@@ -192,10 +215,7 @@ FILE* freopen(const char* path, const char* mode, FILE* old) {
 
 #define READ_BODY(call)               \
   resolve();                          \
-  if (fail_read(fd)) {                \
-    errno = g_errno;                  \
-    return -1;                        \
-  }                                   \
+  if (fail_read(fd)) return -1;      \
   return call;
 
 ssize_t read(int fd, void* buf, size_t n) { READ_BODY(real_read(fd, buf, n)) }
@@ -209,6 +229,19 @@ ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t len) {
 }
 ssize_t __pread64_chk(int fd, void* buf, size_t n, off_t off, size_t len) {
   READ_BODY(real___pread64_chk(fd, buf, n, off, len))
+}
+
+int rename(const char* from, const char* to) {
+  resolve();
+  return fail_rename(to) ? -1 : real_rename(from, to);
+}
+int renameat(int fd1, const char* from, int fd2, const char* to) {
+  resolve();
+  return fail_rename(to) ? -1 : real_renameat(fd1, from, fd2, to);
+}
+int renameat2(int fd1, const char* from, int fd2, const char* to, unsigned flags) {
+  resolve();
+  return fail_rename(to) ? -1 : real_renameat2(fd1, from, fd2, to, flags);
 }
 
 int close(int fd) {

@@ -18,6 +18,7 @@
 
 #include "app/sys/file_io.h"
 #include "app/sys/json_bytes.h"
+#include "app/sys/staging_folder.h"
 #include "codec/error.h"
 #include "codec/sha256.h"
 
@@ -100,35 +101,7 @@ std::vector<std::vector<Item>> balance(std::vector<Item> items, int n) {
 
 namespace {
 
-// A shard file under its final name, no fsync (write_shard_files syncs the folder once).
-void write_plain(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw sys_error(errno, ErrorKind::Output, path, "cannot create");
-  try {
-    write_all(fd, text.data(), text.size(), path);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) throw sys_error(errno, ErrorKind::Output, path, "cannot write");
-}
-
-// Makes everything written under `dir` durable with one call instead of an fsync per file.
-void sync_folder(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw sys_error(errno, ErrorKind::Output, dir, "cannot open");
-#ifdef __linux__
-  const int rc = ::syncfs(fd);
-#else
-  ::sync();
-  const int rc = 0;
-#endif
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw sys_error(err, ErrorKind::Output, dir, "cannot sync");
-}
-
-// shard-NNNNN.jsonl files of an earlier plan with more shards (--force).
+// The shard lists of an earlier plan that had more shards
 void remove_stale_shards(const std::string& dir, int n) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -183,12 +156,10 @@ void make_plan(const PlanOptions& o) {
   const size_t n_items = items.size();
   const auto shards = balance(std::move(items), n);
 
-  fs::create_directories(o.out, ec);
-  if (ec && !fs::is_directory(o.out)) throw sys_error(ec.value(), ErrorKind::Output, o.out, "cannot create");
-  // A replaced plan stops being one first: a crash below leaves no plan.json over new shard files.
-  if (fs::exists(plan_json, ec) && ::unlink(plan_json.c_str()) != 0)
-    throw sys_error(errno, ErrorKind::Output, plan_json, "cannot remove the old plan");
-  remove_stale_shards(o.out, n);
+  // Everything is written into a temporary folder inside the output first and published at once
+  // (plan.json last): a full disk, an error or a signal meanwhile leaves the folder as it was, an
+  // earlier plan included.
+  StagingFolder staged(o.out);
   json jm = json::array(), hours = json::array(), counts = json::array(), digests = json::array();
   for (const Manifest& m : manifests) {
     json e = {{"kind", m.kind}, {"sha256", m.sha256}, {"items", m.items}};
@@ -202,7 +173,7 @@ void make_plan(const PlanOptions& o) {
       text += json_dump(item_json(it)) + "\n";
       secs += it.duration;
     }
-    write_plain((fs::path(o.out) / (shard_name(s) + ".jsonl")).string(), text);
+    staged.write(shard_name(s) + ".jsonl", text);
     hours.push_back(secs / 3600.0);
     counts.push_back(shards[size_t(s)].size());
     digests.push_back(sha256_hex(text.data(), text.size()));
@@ -211,11 +182,8 @@ void make_plan(const PlanOptions& o) {
   if (o.skip_bad) {
     std::string text;
     for (const std::string& p : problems.list()) text += printable(p) + "\n";  // one line each
-    write_plain(skipped, text);
-  } else {
-    fs::remove(skipped, ec);  // an earlier plan's
+    staged.write("skipped.txt", text);
   }
-  sync_folder(o.out);  // one sync for all shard files, before plan.json says they are there
   json plan = {{"format", "mimi-dataset-plan"},
                {"version", 1},
                {"tool_version", MIMI_VERSION},
@@ -229,8 +197,14 @@ void make_plan(const PlanOptions& o) {
                {"order", "each shard by duration, shortest first"},
                {"options", {{"shards", o.shards}, {"shard_hours", o.shard_hours}}}};
   if (o.skip_bad) plan["skipped_entries"] = problems.size();
-  const std::string text = json_dump(plan, 1) + "\n";
-  write_output(plan_json, std::vector<uint8_t>(text.begin(), text.end()), true);  // last: a plan is complete once it exists
+  staged.write("plan.json", json_dump(plan, 1) + "\n");  // last: a plan is complete once it exists
+  staged.publish([&] {
+    // A replaced plan stops being one first: no moment shows its plan.json over new shard files.
+    if (::unlink(plan_json.c_str()) != 0 && errno != ENOENT)
+      throw sys_error(errno, ErrorKind::Output, plan_json, "cannot remove the old plan");
+    remove_stale_shards(o.out, n);
+    if (!o.skip_bad) fs::remove(skipped, ec);  // an earlier plan's
+  });
   double hmin = 1e300, hmax = 0;
   for (const auto& h : hours) hmin = std::min(hmin, h.get<double>()), hmax = std::max(hmax, h.get<double>());
   spdlog::info("planned {} items, {:.3f} h, into {} shards of {:.3f} - {:.3f} h -> {}", n_items, total / 3600.0, n, hmin,

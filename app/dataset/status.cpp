@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 #include "app/dataset/dataset.h"
@@ -81,20 +82,27 @@ std::string ranges(const std::vector<int>& v) {
 
 namespace {
 
-// The plan folder a begun journal names: dataset.json is written with an output's first recorded
-// item, so while workers are still on their first items only their journals say which plan they run.
-std::string plan_of_journals(const std::string& out) {
+// The plan folder the most recently begun journal names: dataset.json is written with an output's
+// first recorded item, so while workers are still on their first items only their journals say
+// which plan they run (the newest: a journal begun by a failed run of another plan that recorded
+// nothing is begun anew by the next run).
+std::optional<std::string> plan_of_journals(const std::string& out) {
   std::error_code ec;
-  std::vector<std::string> journals;
+  std::vector<std::pair<fs::file_time_type, std::string>> journals;
   for (fs::directory_iterator d(fs::path(out) / "shards", ec), end; !ec && d != end; d.increment(ec))
-    if (d->path().extension() == ".journal") journals.push_back(d->path().string());
-  std::sort(journals.begin(), journals.end());
-  for (const std::string& j : journals)
+    if (d->path().extension() == ".journal") {
+      std::error_code tec;
+      journals.emplace_back(fs::last_write_time(d->path(), tec), d->path().string());
+    }
+  std::sort(journals.begin(), journals.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  for (const auto& [t, j] : journals)
     if (const json begin = journal_begin(j); begin.is_object() && begin.contains("plan")) try {
         return get_path(begin, "plan");
       } catch (const std::exception&) {
       }
-  throw Error(ErrorKind::Usage, out + ": no dataset.json yet (no shard started); give --plan PLAN/");
+  return std::nullopt;
 }
 
 }  // namespace
@@ -103,9 +111,15 @@ int status(const StatusOptions& o) {
   check_status_options(o);
   std::error_code ec;
   std::string plan_dir;
+  // The plan an output is bound to names it; one no item is recorded in yet is bound to nothing (a
+  // dataset.json a failed first run left), and the journals of the run now on it say more.
+  const bool dataset_json = !o.plan && fs::exists(fs::path(o.out) / "dataset.json", ec);
+  std::optional<std::string> journals;
   if (o.plan) plan_dir = *o.plan;
-  else if (fs::exists(fs::path(o.out) / "dataset.json", ec)) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
-  else plan_dir = plan_of_journals(o.out);
+  else if (dataset_json && output_holds_records(o.out)) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
+  else if ((journals = plan_of_journals(o.out))) plan_dir = *journals;
+  else if (dataset_json) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
+  else throw Error(ErrorKind::Usage, o.out + ": no dataset.json yet (no shard started); give --plan PLAN/");
   const Plan plan = read_plan(plan_dir);
   // What the worker asks before it writes anything: an output of another plan (replaced with
   // --force, or another --plan) is refused here as there, with the same message and exit 2, so

@@ -19,6 +19,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "app/sys/temporaries.h"
 #include "codec/error.h"
 #include "codec/open_file.h"
 
@@ -26,105 +27,6 @@ namespace mimi::app {
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- temporaries: the signal handler's table, and stale ones of dead processes
-
-constexpr int kSlots = 64;
-constexpr size_t kPathMax = 4096;
-char g_tmp_paths[kSlots][kPathMax];
-std::atomic<bool> g_tmp_used[kSlots];
-
-int register_temporary(const std::string& path) {
-  if (path.size() >= kPathMax) return -1;
-  for (int i = 0; i < kSlots; ++i) {
-    bool expected = false;
-    if (!g_tmp_used[i].load() && g_tmp_used[i].compare_exchange_strong(expected, true)) {
-      // The handler reads the path only while the flag is set: mark it unused while writing it.
-      g_tmp_used[i].store(false);
-      std::memcpy(g_tmp_paths[i], path.c_str(), path.size() + 1);
-      g_tmp_used[i].store(true);
-      return i;
-    }
-  }
-  return -1;  // more than 64 outputs open at once: not cleaned on a signal, still by the next run
-}
-
-void unregister_temporary(int slot) {
-  if (slot >= 0) g_tmp_used[slot].store(false);
-}
-
-}  // namespace
-
-void remove_pending_temporaries() {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_tmp_used[i].load()) ::unlink(g_tmp_paths[i]);
-}
-
-namespace {
-
-extern "C" void on_terminating_signal(int sig) {
-  remove_pending_temporaries();
-  _exit(128 + sig);
-}
-
-// A crash (a bug, or a fault of the machine: SIGBUS on a truncated mapping) still removes the
-// temporaries, then dies of the same signal, so a core dump and the 128+N status stay as they were.
-extern "C" void on_crash_signal(int sig) {
-  remove_pending_temporaries();
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-std::string host_name() {
-  char h[256] = {0};
-  if (::gethostname(h, sizeof h - 1) != 0 || !h[0]) return "host";
-  std::string s(h);
-  for (char& c : s)
-    if (c == '/' || c == '.') c = '_';
-  return s;
-}
-
-const std::string& temp_marker() {  // ".mimi-tmp.HOST."
-  static const std::string m = ".mimi-tmp." + host_name() + ".";
-  return m;
-}
-
-// Removes ".NAME.mimi-tmp.HOST.PID.N" files of this host whose process is gone (a SIGKILL, a
-// power cut), once per directory per run. Temporaries of other hosts (a shared file system) and
-// of live processes are left alone.
-void clean_stale_temporaries(const fs::path& dir) {
-  static std::mutex mu;
-  static std::set<std::string> done;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!done.insert(dir.string()).second) return;
-  }
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.empty() || name[0] != '.') continue;
-    const size_t m = name.find(temp_marker());
-    if (m == std::string::npos) continue;
-    const std::string rest = name.substr(m + temp_marker().size());  // PID.N
-    const size_t dot = rest.find('.');
-    if (dot == std::string::npos) continue;
-    char* endp = nullptr;
-    const long pid = std::strtol(rest.c_str(), &endp, 10);
-    if (endp != rest.c_str() + dot || pid <= 0) continue;
-    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
-    // A PID dead here may be alive in another PID namespace of the same host name (containers
-    // sharing a volume): every writer holds an flock on its temporary for its whole life, so a
-    // lock that cannot be taken is a live writer. Removed only while holding the lock.
-    const int fd = ::open(it->path().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      std::error_code rm;
-      fs::remove(it->path(), rm);
-    }
-    ::close(fd);
-  }
-}
 
 std::set<std::pair<dev_t, ino_t>>& protected_inputs() {
   static std::set<std::pair<dev_t, ino_t>> s;
@@ -247,7 +149,7 @@ int descriptor_path(const std::string& path) {
   if (path == "/dev/stdout") return 1;
   if (path == "/dev/stderr") return 2;
   const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
-  for (const std::string prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"),
+  for (const std::string& prefix : {std::string("/dev/fd/"), std::string("/proc/self/fd/"),
                                    std::string("/proc/thread-self/fd/"), own}) {
     if (path.compare(0, prefix.size(), prefix) != 0 || path.size() == prefix.size()) continue;
     const std::string n = path.substr(prefix.size());
@@ -330,19 +232,8 @@ OutputFile::OutputFile(const std::string& path, bool force) : path_(path), force
   // the "No such file or directory" of the temporary's open below
   if (ec && !fs::is_directory(dir)) throw sys_error(ec.value(), ErrorKind::Output, dir.string(), "cannot create the directory");
   clean_stale_temporaries(dir);
-  static std::atomic<unsigned> counter{0};
-  std::random_device rd;
   for (int attempt = 0; attempt < 8 && fd_ < 0; ++attempt) {
-    // ".NAME.mimi-tmp.HOST.PID.N", NAME cut short where the whole would pass NAME_MAX (255 bytes):
-    // an output name of up to 255 bytes must be writable (the stale-temporary sweep reads only
-    // the part from the marker on)
-    const std::string suffix = temp_marker() + std::to_string(::getpid()) + "." + std::to_string(counter++) +
-                               std::to_string(rd() % 100000);
-    const std::string name = target.filename().string();
-    const size_t room = suffix.size() + 1 < 255 ? 255 - suffix.size() - 1 : 0;
-    std::string tmp_name(1, '.');
-    tmp_name.append(name, 0, std::min(room, name.size()));
-    tmp_name += suffix;
+    const std::string tmp_name = temporary_name(target.filename().string());
     tmp_ = (dir / tmp_name).string();
     fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0 && errno != EEXIST) break;
@@ -406,40 +297,6 @@ void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bo
   OutputFile f(path, force);
   f.write(bytes.data(), bytes.size());
   f.commit();
-}
-
-void install_signal_handlers() {
-  struct sigaction sa{};
-  sa.sa_handler = on_terminating_signal;
-  sigemptyset(&sa.sa_mask);
-  // Every signal whose default is to end the process, not only INT/TERM/HUP: Slurm's --signal
-  // sends USR1 before the time limit, `timeout -s ALRM`, a CPU-time limit sends XCPU. These are
-  // caught even when inherited as ignored (a shell ignores INT and QUIT for `mimi ... &`).
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGXCPU, SIGPWR})
-    ::sigaction(s, &sa, nullptr);
-  // The rest of the signals that end a process by default, each only while it still has its
-  // default action: an ignored one stays ignored, a profiler's SIGPROF handler stays its own.
-  std::vector<int> others = {SIGPROF, SIGIO, SIGSTKFLT, SIGSYS, SIGTRAP};
-  for (int s = SIGRTMIN; s <= SIGRTMAX; ++s) others.push_back(s);
-  auto if_default = [](int s, const struct sigaction& act) {
-    struct sigaction old{};
-    if (::sigaction(s, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
-      ::sigaction(s, &act, nullptr);
-  };
-  for (int s : others) if_default(s, sa);
-  // Crashes, on an alternate stack of this thread so that a stack overflow still cleans up.
-  static char alt[64 << 10];
-  stack_t ss{};
-  ss.ss_sp = alt;
-  ss.ss_size = sizeof alt;
-  ::sigaltstack(&ss, nullptr);
-  struct sigaction crash{};
-  crash.sa_handler = on_crash_signal;
-  crash.sa_flags = SA_ONSTACK | SA_NODEFER;
-  sigemptyset(&crash.sa_mask);
-  for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) if_default(s, crash);
-  ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGXFSZ, SIG_IGN);
 }
 
 bool is_stdout_path(const std::string& path) { return path == "-" || descriptor_path(path) == 1; }

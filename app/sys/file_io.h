@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "app/sys/temporaries.h"  // install_signal_handlers, remove_pending_temporaries
 #include "codec/error.h"
 
 namespace mimi::app {
@@ -80,15 +81,6 @@ void write_output(const std::string& path, const std::vector<uint8_t>& bytes, bo
 
 // Writes all n bytes to a file descriptor (retrying short writes). Throws Error(Output).
 void write_all(int fd, const void* data, size_t n, const std::string& what);
-
-// SIGINT/SIGTERM/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2/SIGALRM/SIGVTALRM/SIGXCPU/SIGPWR (every signal
-// whose default ends the process) remove the temporaries being written and exit 128 + signal; SIGPIPE and
-// SIGXFSZ are ignored so a closed pipe or a file-size limit is a write error (exit 5), not a kill.
-void install_signal_handlers();
-
-// Unlinks the temporaries being written (async-signal-safe): for every way the process can end
-// without unwinding (a signal, std::terminate, a library calling exit()).
-void remove_pending_temporaries();
 
 // Raises the soft limit on open files to at least `n` (within the hard limit) for commands that
 // hold many files open at once (--batch); never lowers it, never fails.
