@@ -18,34 +18,14 @@
 #include "app/cli/shell.h"
 #include "app/engine_io/decode_output.h"
 #include "app/engine_io/pipeline.h"
-#include "app/engine_io/read_ahead.h"
+#include "app/engine_io/batched_sources.h"
 #include "app/sys/file_io.h"
 #include "app/sys/progress.h"
-#include "codec/batch.h"
+#include "codec/batch.h"  // decode_batch
 
 namespace mimi::app {
 
 namespace {
-
-// One input (or one channel of it) being read into a slot.
-struct BatchInput {
-  std::string path;
-  int channel = -1;  // -1: the downmix
-  std::unique_ptr<MonoSource> src;
-  std::unique_ptr<ReadAhead> ahead;  // reads src ahead on the run's reader threads (destroyed first)
-  int64_t samples = 0;
-  bool read_failed = false;
-  std::string output;  // its token file
-  double t0 = 0;
-
-  int64_t read(float* dst, int64_t n) {
-    read_failed = true;  // until the source answers: its exception is the item's error as it is
-    const int64_t k = ahead->read(dst, n);
-    read_failed = false;
-    samples += k;
-    return k;
-  }
-};
 
 // Outputs of one batch: two inputs that map to one output file (a/x.wav and b/x.wav into -o dir/)
 // are both in flight at once, so the later one fails instead of racing the earlier (one by one it
@@ -102,7 +82,7 @@ struct BatchTally {
 
 }  // namespace
 
-int App::encode_batched(const EncodeOptions& o) {
+int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
   check_targets(o.inputs, o.out);
   // every slot holds its input open; with --split-channels the items are only known as they come
   const int slots = batch_slots(o.batch, o.split_channels ? 0 : o.inputs.size(), 1);
@@ -117,80 +97,68 @@ int App::encode_batched(const EncodeOptions& o) {
   // The queue: inputs in order; a --split-channels input becomes its channels when it is reached.
   std::deque<std::pair<std::string, int>> queue;
   for (const std::string& in : o.inputs) queue.emplace_back(in, o.split_channels ? -2 : -1);
-  // the inputs' next chunks are read while the slots compute (declared first: it outlives them)
-  ReaderPool readers(o.readers);
-  const int64_t chunk_samples = eng.options().chunk_frames * eng.config().frame_size();
-  std::map<size_t, std::unique_ptr<BatchInput>> open;  // by item id
-  size_t next_id = 0;
+  struct Source {
+    std::string path;
+    int channel = -1;  // -1: the downmix
+    double t0 = 0;
+  };
+  std::map<size_t, std::unique_ptr<Source>> open;  // by tag
+  size_t next_tag = 0;
   OutputClaims claims;
-  auto claim_output = [&](const std::string& path, const std::string& in) { claims.claim(path, in); };
   auto fail = [&](const std::string& in, std::exception_ptr e) {
     input_failed(in, e, tally.code);  // rethrows what fails every input alike
     ++tally.failed;
   };
   tally.t_start = monotonic_seconds();
-  encode_batch(
-      eng, o.n_q, slots,
-      [&](PcmItem& item) {
-        while (!queue.empty()) {
-          auto [in, ch] = queue.front();
-          queue.pop_front();
-          try {
-            if (ch == -2) {  // count the channels: one item each, in order
-              const int channels = AudioReader(in).channels();
-              for (int c = channels - 1; c >= 0; --c) queue.emplace_front(in, c);
-              continue;
-            }
-            auto bi = std::make_unique<BatchInput>();
-            bi->path = in;
-            bi->channel = ch;
-            claim_output(encoded_output(o, in, ch), in);
-            bi->t0 = monotonic_seconds();
-            bi->src = std::make_unique<MonoSource>(in, rate, AudioSpan{0, -1, ch});
-            bi->ahead = std::make_unique<ReadAhead>([src = bi->src.get()](std::vector<float>& b) { return src->next(b); },
-                                                    readers, chunk_samples);
-            BatchInput* p = bi.get();
-            item.id = next_id++;
-            item.read = [p](float* dst, int64_t n) { return p->read(dst, n); };
-            open[item.id] = std::move(bi);
-            return true;
-          } catch (...) {
-            fail(in, std::current_exception());
-          }
-        }
-        return false;
-      },
-      [&](const PcmItem& item, Codes&& codes) {
-        std::unique_ptr<BatchInput> bi = take(open, item.id);
-        try {
-          const std::string what = bi->path == "-" ? "stdin" : bi->path;
-          if (const std::string s = bi->src->shortfall(); !s.empty()) spdlog::warn("{}: {}", what, s);
-          EncodedAudio a;
-          a.codes = std::move(codes);
-          a.samples = bi->samples;
-          a.source_rate = bi->src->source_rate();
-          a.source_channels = bi->src->source_channels();
-          write_encoded(o, bi->path, bi->channel, a, monotonic_seconds() - bi->t0);
-          tally.audio_s += double(a.samples) / rate;
-          ++tally.done;
-        } catch (...) {
-          fail(bi->path, std::current_exception());
-        }
-      },
-      [&](size_t id, std::exception_ptr e) {
-        std::unique_ptr<BatchInput> bi = take(open, id);
-        // the runner's "empty signal" in the one-by-one path's words; a reader's error as it is
-        // (only for the runner's own Error(Input): out of memory or the machine stays what it is)
-        bool empty_signal = false;
-        try {
-          std::rethrow_exception(e);
-        } catch (const Error& err) {
-          empty_signal = err.kind() == ErrorKind::Input;
-        } catch (...) {
-        }
-        if (!bi->read_failed && bi->samples == 0 && empty_signal)
-          e = std::make_exception_ptr(Error(ErrorKind::Input, (bi->path == "-" ? "stdin" : bi->path) + ": no audio samples"));
-        fail(bi->path, e);
+  encode_sources(
+      eng, o.n_q, slots, o.readers,
+      BatchedSources{
+          .next =
+              [&](SourceSpec& spec) {
+                while (!queue.empty()) {
+                  auto [in, ch] = queue.front();
+                  queue.pop_front();
+                  try {
+                    if (ch == -2) {  // count the channels: one item each, in order
+                      const int channels = AudioReader(in).channels();
+                      for (int c = channels - 1; c >= 0; --c) queue.emplace_front(in, c);
+                      continue;
+                    }
+                    claims.claim(target.path(in, ch), in);
+                  } catch (...) {
+                    fail(in, std::current_exception());
+                    continue;
+                  }
+                  spec.tag = next_tag++;
+                  spec.path = in;
+                  spec.span = AudioSpan{0, -1, ch};
+                  open[spec.tag] = std::make_unique<Source>(Source{in, ch, monotonic_seconds()});
+                  return true;
+                }
+                return false;
+              },
+          .done =
+              [&](SourceCodes&& c) {
+                const std::unique_ptr<Source> s = take(open, c.tag);
+                try {
+                  if (!c.shortfall.empty()) spdlog::warn("{}: {}", s->path == "-" ? "stdin" : s->path, c.shortfall);
+                  EncodedAudio a;
+                  a.codes = std::move(c.codes);
+                  a.samples = c.samples;
+                  a.source_rate = c.source_rate;
+                  a.source_channels = c.source_channels;
+                  write_encoded(target, s->path, s->channel, a, monotonic_seconds() - s->t0);
+                  tally.audio_s += double(a.samples) / rate;
+                  ++tally.done;
+                } catch (...) {
+                  fail(s->path, std::current_exception());
+                }
+              },
+          .failed =
+              [&](SourceFailure&& f) {
+                const std::unique_ptr<Source> s = take(open, f.tag);
+                fail(s->path, f.error);
+              },
       });
   return tally.finish("encoded", slots, o.inputs.size());
 }

@@ -19,6 +19,7 @@ namespace fs = std::filesystem;
 int App::encode(const EncodeOptions& o) {
   parts_ = {.encoder = true, .decoder = false};  // a decoder's weights would only take memory
   check_format_matches_output(o.format, o.out, o.inputs);
+  const EncodeTarget target = encode_target(o);
   if (!o.stream && !o.raw_format.empty())
     throw Error(ErrorKind::Usage, "--raw-format describes a --stream input; add --stream (files carry their own header)");
   if (o.stream) {
@@ -27,7 +28,7 @@ int App::encode(const EncodeOptions& o) {
     StreamEncodeOptions so;
     so.input = o.inputs[0];
     // the token format as the file modes choose it: --format, else the output's extension
-    so.format = format_name(token_format_for(o.format, o.out));
+    so.format = format_name(target.format);
     so.out = output_path(so.input, o.out, so.format == "text" ? ".txt" : ".mimi");
     so.raw = RawFormat{o.raw_format, o.raw_rate, o.raw_channels};
     so.n_q = o.n_q;
@@ -51,7 +52,7 @@ int App::encode(const EncodeOptions& o) {
   }
   if (o.split_channels && std::count(o.inputs.begin(), o.inputs.end(), std::string("-")))
     throw Error(ErrorKind::Usage, "--split-channels needs file inputs, not stdin");
-  if (o.batch > 1) return encode_batched(o);
+  if (o.batch > 1) return encode_batched(o, target);
   return run_each(o.inputs, o.out, [&](const std::string& in) {
     const double t0 = monotonic_seconds();
     int channels = 1;
@@ -59,22 +60,24 @@ int App::encode(const EncodeOptions& o) {
     for (int ch = o.split_channels ? 0 : -1; ch < (o.split_channels ? channels : 0); ++ch) {  // -1: the downmix
       Engine& eng = engine();
       const EncodedAudio a = encode_audio(eng, in, o.n_q, ch, common_.quiet);
-      write_encoded(o, in, ch, a, monotonic_seconds() - t0);
+      write_encoded(target, in, ch, a, monotonic_seconds() - t0);
     }
   });
 }
 
-std::string App::encoded_output(const EncodeOptions& o, const std::string& in, int ch) {
-  std::string ext = format_extension(token_format_for(o.format, o.out));
+EncodeTarget encode_target(const EncodeOptions& o) { return EncodeTarget{.out = o.out, .format = token_format_for(o.format, o.out)}; }
+
+std::string EncodeTarget::path(const std::string& in, int ch) const {
+  std::string ext = format_extension(format);
   if (ch >= 0) ext = ".ch" + std::to_string(ch) + ext;
-  std::string path = output_path(in, o.out, ext);
-  if (ch >= 0 && !o.out.empty() && o.out != "-" && !is_directory_target(o.out))
-    path = (fs::path(o.out).parent_path() / (fs::path(o.out).stem().string() + ext)).string();
+  std::string path = output_path(in, out, ext);
+  if (ch >= 0 && !out.empty() && out != "-" && !is_directory_target(out))
+    path = (fs::path(out).parent_path() / (fs::path(out).stem().string() + ext)).string();
   if (ch >= 0 && path == "-") throw Error(ErrorKind::Usage, "--split-channels needs file outputs, not stdout");
   return path;
 }
 
-void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall) {
+void App::write_encoded(const EncodeTarget& target, const std::string& in, int ch, const EncodedAudio& a, double wall) {
   Engine& eng = engine();
   const int rate = eng.config().sample_rate;
   const double compute = a.compute;
@@ -90,8 +93,8 @@ void App::write_encoded(const EncodeOptions& o, const std::string& in, int ch, c
   t.meta.weights_fingerprint = eng.model().fingerprint;
   t.meta.config_fingerprint = eng.model().config_fingerprint();
   t.meta.tool_version = MIMI_VERSION;
-  const TokenFormat fmt = token_format_for(o.format, o.out);
-  const std::string path = encoded_output(o, in, ch);
+  const TokenFormat fmt = target.format;
+  const std::string path = target.path(in, ch);
   const std::vector<uint8_t> bytes = write_tokens(t, fmt);
   write_output(path, bytes, common_.force);
   const double seconds = double(a.samples) / rate;

@@ -54,6 +54,17 @@ struct EncodeOptions {
   int raw_rate = 24000, raw_channels = 1;
 };
 
+// Where an encode run's token files go, and in which format: decided once per run from -o and
+// --format (the output's extension, else mimi).
+struct EncodeTarget {
+  std::string out;  // -o as given ("" beside each input, "-", a file, a DIR/)
+  TokenFormat format = TokenFormat::Mimi;
+  // The token file of input `in` (channel ch of it; -1: the downmix). Error(Usage) for a
+  // channel to stdout.
+  std::string path(const std::string& in, int ch) const;
+};
+EncodeTarget encode_target(const EncodeOptions& o);
+
 struct ConvertOptions {
   std::string input, out, format;
   bool recover = false;
@@ -95,15 +106,13 @@ class App {
   void input_failed(const std::string& in, std::exception_ptr error, int& code);
   int run_each(const std::vector<std::string>& inputs, const std::string& out,
                const std::function<void(const std::string&)>& one);
-  int encode_batched(const EncodeOptions& o);                   // app/cli/batch_commands.cpp
+  int encode_batched(const EncodeOptions& o, const EncodeTarget& target);  // app/cli/batch_commands.cpp
   int decode_batched(const DecodeOptions& o, SampleFormat sf);  // app/cli/batch_commands.cpp
   // The log line and --json record of one decoded file (d.compute 0: decoded in a batch).
   void report_decoded(const std::string& in, const std::string& path, const TokenFile& t, int n_q,
                       const DecodeResult& d, double wall);
-  // Where the token file of an input (channel ch, -1 = the downmix) goes.
-  std::string encoded_output(const EncodeOptions& o, const std::string& in, int ch);
   // The token file of one encoded input (channel ch, -1 = the downmix), its log line and record.
-  void write_encoded(const EncodeOptions& o, const std::string& in, int ch, const EncodedAudio& a, double wall);
+  void write_encoded(const EncodeTarget& target, const std::string& in, int ch, const EncodedAudio& a, double wall);
 
   Common common_;
   Parts parts_;  // what the command runs (encode: the encoder only), set before engine()

@@ -61,7 +61,7 @@ int verify(const VerifyOptions& o);
 // "3,17-19" for sorted indices.
 std::string ranges(const std::vector<int>& sorted);
 
-// OUT/dataset.json (Error(Usage) when there is none, Error(Input) when it is damaged), and the
+// (app/dataset/dataset_json.cpp) OUT/dataset.json (Error(Usage) when there is none, Error(Input) when it is damaged), and the
 // plan folder it names (Error(Input) when it names none).
 nlohmann::json read_dataset_json(const std::string& out);
 std::string plan_named_by(const nlohmann::json& dataset, const std::string& out);

@@ -13,91 +13,13 @@
 #include <functional>
 
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "app/dataset/done_record.h"
+#include "app/dataset/journal.h"
+
 namespace mimi::app::dataset {
-
-struct JournalEntry {
-  size_t index = 0;  // in the shard's planned order
-  bool ok = true;
-  std::string key;
-  uint64_t offset = 0, end = 0;  // ok: the tar offsets of its first header and after its last member
-  int64_t frames = 0, samples = 0;
-  // ok: sha256 of its bytes [offset, end) in the tar, so a resume believes the bytes too, not only
-  // their structure ("" in journals written before it: structure only)
-  std::string sha256;
-  std::string path, stage, message;  // an error
-  nlohmann::json to_json() const;
-  static JournalEntry from_json(const nlohmann::json& j);
-};
-
-// Paths of a shard's files in OUT/shards/.
-struct ShardPaths {
-  std::string out;  // OUT/
-  int shard = 0;
-  std::string tar, partial, journal, index, errors, done, failed, lock, retry_tar;
-  ShardPaths(const std::string& out, int shard);
-};
-
-struct Plan;
-
-// What a reader knows of a finished shard to hold its .done record against; each fact is
-// optional, and the more are given the more fields are checked against something outside the
-// record.
-struct DoneFacts {
-  int shard = -1;
-  const nlohmann::json* dataset = nullptr;  // OUT/dataset.json: plan, n_q, weights, shards, rates
-  const Plan* plan = nullptr;               // plan.json: the shard's item count and planned hours
-  std::optional<uint64_t> tar_bytes;        // the size of the tar on disk
-  // From the shard's files (verify): the tar's digest, the index (lines, sums of frames and
-  // samples), the errors file, the planned items' durations summed as the worker sums them.
-  std::optional<std::string> tar_sha256;
-  std::optional<int64_t> ok, errors, samples, frames;
-  std::optional<double> planned_seconds;
-};
-
-// Every field of a .done record against the facts and against each other, each disagreement as
-// "'FIELD' ...": a field that is missing or of the wrong type, counts that do not add up
-// (ok + errors = items, frames against samples and the frame size, audio_seconds = samples / rate),
-// values that differ from the facts, times that cannot be (started before 2001, finished before it
-// began or in the future beyond kClockSkewSeconds), and a field the writer never writes. Empty
-// when the record holds. The one list of what a .done says: finish() (with encode_shard's fields)
-// writes it, and read_done and verify judge a record by it.
-std::vector<std::string> done_problems(const nlohmann::json& done, const DoneFacts& facts);
-// Clocks may disagree by this much: those of the nodes that begin and finish one shard, and of the
-// node that writes a .done and the one that reads it. Generous on purpose: only impossible times
-// are caught, so that a worker on a node whose clock is off never takes a good .done for invalid
-// and redoes its shard.
-constexpr double kClockSkewSeconds = 86400;
-
-// The one judgement of a .done (the worker's skip, status and verify): a valid record, or null. Valid:
-// it parses, its tar is there with the recorded size, and done_problems finds nothing against
-// OUT/dataset.json (`dataset`, read from OUT when null: the plan, n_q and weights it was made for,
-// its shard) and, when given, `plan` (the shard's item count and hours) - a .done left by a
-// replaced plan or another run is not done, nor is one whose own numbers disagree (status would
-// present them). `why` (when given) says why a .done that is there is not valid, naming every
-// field that disagrees ("" when there is none).
-nlohmann::json read_done(const ShardPaths& p, std::string* why = nullptr, const nlohmann::json* dataset = nullptr,
-                         const Plan* plan = nullptr);
-
-// The first line of a shard's journal for a run into an output whose dataset.json is `dataset`:
-// the shard, and what every run of it must share with the first (shards, plan_sha256, n_q,
-// weights_fingerprint, config_fingerprint; those `dataset` has: {shards, plan_sha256} gives the plan's part alone).
-nlohmann::json journal_header(int shard, const nlohmann::json& dataset);
-// A journal's "begin" line, or null (no journal, or none begun).
-nlohmann::json journal_begin(const std::string& journal);
-// The one check of a journal's "begin" line against a run's header (every field the header has),
-// for the worker - before it loads a model, the plan's part; resuming, all of it - and for status
-// deciding what is left to run: "" when they agree or the journal holds no item (the worker
-// begins such a journal anew), else the worker's refusal (naming the journal and what to do).
-std::string journal_mismatch(const std::string& journal, const nlohmann::json& begin, const nlohmann::json& header);
-// Whether any shard of OUT/ holds a recorded item (or error, or seal): until one does, the output
-// is bound to no settings (its dataset.json, if a failed first run left one, is replaced).
-bool output_holds_records(const std::string& out);
-// The entries of a finished shard's index / errors files.
-std::vector<nlohmann::json> read_json_lines(const std::string& path);
 
 class ShardWriter {
  public:

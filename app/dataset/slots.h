@@ -1,5 +1,6 @@
 // A shard's items through the slots of one batched plan (`mimi dataset encode --batch N`, for
-// GPUs): each slot reads its item block by block as it encodes it; the results come back in the
+// GPUs), through the items loop `mimi encode --batch N` uses (app/engine_io/batched_sources.h):
+// each slot reads its item block by block as it encodes it; the results come back in the
 // shard's order (a reorder buffer holds those that finish early), so the tar, the journal and the
 // errors are byte for byte those of the one-item-at-a-time worker.
 #pragma once
@@ -26,7 +27,7 @@ struct ItemResult {
 // is called for each in the order of `order`. An item's own failure is a result; anything else
 // (device, memory) propagates.
 void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Item>& items,
-                          const std::vector<size_t>& order, int model_rate,
-                          const std::function<void(size_t, ItemResult&&)>& done, int readers = 2);
+                          const std::vector<size_t>& order, const std::function<void(size_t, ItemResult&&)>& done,
+                          int readers = 2);
 
 }  // namespace mimi::app::dataset
