@@ -14,7 +14,6 @@
 #include "app/dataset/dataset.h"
 #include "app/dataset/dataset_json.h"
 #include "app/dataset/item_files.h"
-#include "app/dataset/prefetch.h"
 #include "app/dataset/shard_writer.h"
 #include "app/dataset/slots.h"
 #include "app/sys/file_io.h"
@@ -32,8 +31,6 @@ namespace {
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-constexpr size_t kPrefetchSamples = size_t(1) << 21;  // ~87 s of 24 kHz audio waiting at most
 
 // The error budget of --max-errors: a count ("10") or a share of the shard's items ("2%").
 struct ErrorBudget {
@@ -237,44 +234,7 @@ int encode_shard(const EncodeShardOptions& o) {
         // to one slot runs one by one: the same bytes, with fewer descriptors than one batched slot
         // takes (two items in flight, reader threads)
         const int slots = o.batch > 1 ? batch_slots(o.batch, order.size(), 1) : 1;
-        if (slots > 1) {
-          encode_items_batched(eng, o.n_q, slots, items, order, add_result, o.readers);
-        } else {
-          Prefetcher pre(items, order, rate, kPrefetchSamples);
-          for (size_t i : order) {
-            const Item& it = items[i];
-            std::unique_ptr<EncoderSession> session;
-            ItemResult r;
-            for (bool more = true; more;) {
-              Piece p = pre.pop();
-              if (p.item != i) throw Error(ErrorKind::Internal, "prefetch out of step");
-              switch (p.kind) {
-                case Piece::Start:
-                  session = std::make_unique<EncoderSession>(eng, o.n_q);
-                  r.audio.source_rate = p.rate;
-                  r.audio.source_channels = p.channels;
-                  break;
-                case Piece::Data:
-                  if (!p.pcm.empty()) session->feed(p.pcm.data(), int64_t(p.pcm.size()));
-                  break;
-                case Piece::End:
-                  r.warning = p.message;
-                  if (session->samples() == 0) r.error_stage = "read", r.error = it.path + ": no audio samples";
-                  more = false;
-                  break;
-                case Piece::Fail:
-                  r.error_stage = p.stage, r.error = p.message;
-                  more = false;
-                  break;
-              }
-            }
-            if (r.error.empty()) {
-              r.audio.samples = session->samples();
-              r.codes = session->finish();
-            }
-            add_result(i, std::move(r));
-          }
-        }
+        encode_items(eng, o.n_q, slots, items, order, add_result, o.readers);
         add_reused_before(items.size());
       }
     } catch (const std::bad_alloc&) {

@@ -2,11 +2,17 @@
 #include "app/dataset/slots.h"
 
 #include <map>
+#include <memory>
 
+#include "app/dataset/prefetch.h"
 #include "app/engine_io/batched_sources.h"
 #include "codec/error.h"
 
 namespace mimi::app::dataset {
+
+namespace {
+constexpr size_t kPrefetchSamples = size_t(1) << 21;  // ~87 s of 24 kHz audio waiting at most
+}  // namespace
 
 void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Item>& items,
                           const std::vector<size_t>& order, const std::function<void(size_t, ItemResult&&)>& done,
@@ -71,6 +77,46 @@ void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Ite
                          },
                  });
   if (emit != order.size()) throw Error(ErrorKind::Internal, "batched items: results missing");
+}
+
+void encode_items(Engine& eng, int n_q, int slots, const std::vector<Item>& items, const std::vector<size_t>& order,
+                  const std::function<void(size_t, ItemResult&&)>& done, int readers) {
+  if (slots > 1) return encode_items_batched(eng, n_q, slots, items, order, done, readers);
+  // One at a time: the streaming encoder, the next items read ahead on the Prefetcher's thread.
+  Prefetcher pre(items, order, eng.config().sample_rate, kPrefetchSamples);
+  for (size_t i : order) {
+    const Item& it = items[i];
+    std::unique_ptr<EncoderSession> session;
+    ItemResult r;
+    for (bool more = true; more;) {
+      Piece p = pre.pop();
+      if (p.item != i) throw Error(ErrorKind::Internal, "prefetch out of step");
+      switch (p.kind) {
+        case Piece::Start:
+          session = std::make_unique<EncoderSession>(eng, n_q);
+          r.audio.source_rate = p.rate;
+          r.audio.source_channels = p.channels;
+          break;
+        case Piece::Data:
+          if (!p.pcm.empty()) session->feed(p.pcm.data(), int64_t(p.pcm.size()));
+          break;
+        case Piece::End:
+          r.warning = p.message;
+          if (session->samples() == 0) r.error_stage = "read", r.error = it.path + ": no audio samples";
+          more = false;
+          break;
+        case Piece::Fail:
+          r.error_stage = p.stage, r.error = p.message;
+          more = false;
+          break;
+      }
+    }
+    if (r.error.empty()) {
+      r.audio.samples = session->samples();
+      r.codes = session->finish();
+    }
+    done(i, std::move(r));
+  }
 }
 
 }  // namespace mimi::app::dataset

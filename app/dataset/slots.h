@@ -30,4 +30,11 @@ void encode_items_batched(Engine& eng, int n_q, int slots, const std::vector<Ite
                           const std::vector<size_t>& order, const std::function<void(size_t, ItemResult&&)>& done,
                           int readers = 2);
 
+// The dataset worker's one items loop: encode_items_batched with slots > 1; with one slot, item
+// after item through the streaming encoder while a thread reads the next items ahead
+// (app/dataset/prefetch.h: a batched slot takes more descriptors than one item alone). Same
+// contract, same results.
+void encode_items(Engine& eng, int n_q, int slots, const std::vector<Item>& items, const std::vector<size_t>& order,
+                  const std::function<void(size_t, ItemResult&&)>& done, int readers);
+
 }  // namespace mimi::app::dataset
