@@ -126,20 +126,14 @@ void DecodePlan::submit(const int32_t* const* codes, const int64_t* frames) {
   const Config& c = m_.cfg;
   const int bins = c.bins;
   const int set = free_set(flight_);
-  total_ = 0;
+  total_ = lay_out_slots(frames, slots(), max_frames_, "decode", offset_, frames_);
   for (int s = 0; s < slots(); ++s) {
     const int64_t n = frames[s];
-    if (n < 0 || n > max_frames_)
-      throw Error(ErrorKind::Usage, "decode plan takes 0.." + std::to_string(max_frames_) +
-                                        " frames per slot and step, got " + std::to_string(n));
     for (int64_t i = 0; i < int64_t(n_q_) * n; ++i)
       if (codes[s][i] < 0 || codes[s][i] >= bins)
         throw Error(ErrorKind::Input, "code " + std::to_string(codes[s][i]) + " at codebook " + std::to_string(i / n) +
                                           ", frame " + std::to_string(i % n) + " is outside [0, " +
                                           std::to_string(bins) + ")");
-    offset_[size_t(s)] = total_;
-    frames_[size_t(s)] = n;
-    total_ += n;
   }
   const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension;
   set_shape(quantized_, {D, F});

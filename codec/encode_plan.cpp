@@ -119,15 +119,7 @@ void EncodePlan::push(const float* pcm, int64_t n) {
 }
 
 void EncodePlan::set_frames(const int64_t* frames) {
-  total_ = 0;
-  for (int s = 0; s < slots(); ++s) {
-    if (frames[s] < 0 || frames[s] > max_frames_)
-      throw Error(ErrorKind::Usage, "encode plan takes 0.." + std::to_string(max_frames_) +
-                                        " frames per slot and step, got " + std::to_string(frames[s]));
-    offset_[size_t(s)] = total_;
-    frames_[size_t(s)] = frames[s];
-    total_ += frames[s];
-  }
+  total_ = lay_out_slots(frames, slots(), max_frames_, "encode", offset_, frames_);
 }
 
 void EncodePlan::step(const float* const* pcm, const int64_t* frames) {

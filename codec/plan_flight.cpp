@@ -25,6 +25,21 @@ StepInFlight collect_flight(std::deque<StepInFlight>& flight, StepGraphs& graphs
   return f;
 }
 
+int64_t lay_out_slots(const int64_t* frames, int slots, int64_t max_frames, const char* plan,
+                      std::vector<int64_t>& out_offset, std::vector<int64_t>& out_frames) {
+  for (int s = 0; s < slots; ++s)
+    if (frames[s] < 0 || frames[s] > max_frames)
+      throw Error(ErrorKind::Usage, std::string(plan) + " plan takes 0.." + std::to_string(max_frames) +
+                                        " frames per slot and step, got " + std::to_string(frames[s]));
+  int64_t total = 0;
+  for (int s = 0; s < slots; ++s) {
+    out_offset[size_t(s)] = total;
+    out_frames[size_t(s)] = frames[s];
+    total += frames[s];
+  }
+  return total;
+}
+
 void check_none_in_flight(const std::deque<StepInFlight>& flight, const char* what) {
   if (!flight.empty())
     throw Error(ErrorKind::Usage, std::string(what) + " with " + std::to_string(flight.size()) +

@@ -20,6 +20,12 @@ bool stage_slots(const std::vector<TransformerState*>& tf, const std::vector<int
 void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
                    const Config& c);
 
+// A step's columns, for either plan: slot s's frames[s] (0..max_frames, else Error(Usage) naming
+// `plan`) into out_frames[s], at out_offset[s] with the active slots side by side; returns the
+// step's total frames. Every count is checked before any is written.
+int64_t lay_out_slots(const int64_t* frames, int slots, int64_t max_frames, const char* plan,
+                      std::vector<int64_t>& out_offset, std::vector<int64_t>& out_frames);
+
 // Pipelined steps (codec/plan.h): the staging set for the next submit (the one no step in flight
 // holds; throws Error(Usage) with two in flight), and collect's bookkeeping.
 int free_set(const std::deque<StepInFlight>& flight);
