@@ -213,7 +213,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
         }
         f->path = output_path(in, o.out, ".wav");
         claim_output(f->path, in);
-        f->out = std::make_unique<DecodedAudioWriter>(eng.config(), f->t, o, sf, f->path, common_.force, in, true);
+        f->out = std::make_unique<DecodedAudioWriter>(eng.config(), f->t, audio_out(o, sf), f->path, common_.force, in, true);
         return f;
       } catch (...) {
         fail(in, std::current_exception());

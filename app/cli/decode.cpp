@@ -69,7 +69,7 @@ int App::decode(const DecodeOptions& o) {
     Engine& eng = engine();
     const int n_q = check_tokens(eng, t, o.n_q, -1, o.allow_weights_mismatch, in);
     const std::string path = output_path(in, o.out, ".wav");
-    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in, common_.quiet);
+    const DecodeResult d = decode_to_file(eng, t, n_q, audio_out(o, sf), path, common_.force, in, common_.quiet);
     report_decoded(in, path, t, n_q, d, monotonic_seconds() - t0);
   });
 }
@@ -107,7 +107,7 @@ int App::roundtrip(const DecodeOptions& o) {
     t.meta.source_sample_rate = a.source_rate;
     t.meta.codebook_size = eng.config().bins;
     const std::string path = output_path(in, o.out, ".roundtrip.wav");
-    const DecodeResult d = decode_to_file(eng, t, n_q, o, sf, path, common_.force, in, common_.quiet);
+    const DecodeResult d = decode_to_file(eng, t, n_q, audio_out(o, sf), path, common_.force, in, common_.quiet);
     const double seconds = double(a.samples) / rate;
     spdlog::info("{} -> {}: {:.2f} s, {} codebooks, encode {:.1f}x / decode {:.1f}x real time", in, path, seconds, n_q,
                  seconds / enc, seconds / d.compute);

@@ -41,6 +41,24 @@ struct Common {
   int verbose = 0;
 };
 
+// What a decoding command asks (decode, roundtrip, decode --batch, decode --stream).
+struct DecodeOptions {
+  std::vector<std::string> inputs;
+  std::string out;
+  int n_q = -1;  // -1: all codebooks in the file (roundtrip: 8)
+  std::string sample_format = "s16";
+  std::string sample_rate;  // empty = 24000; a number; or "source"
+  bool no_trim = false, recover = false, allow_weights_mismatch = false;
+  bool stream = false;
+  std::string raw_format;  // stream output: "" = WAV, s16le or f32le
+  int batch = 1;           // token files decoded at once through one batched plan (codec/batch.h)
+};
+
+// The writing half of a decoding command's options, as engine_io takes it.
+inline AudioOutSpec audio_out(const DecodeOptions& o, SampleFormat sf) {
+  return AudioOutSpec{.format = sf, .sample_rate = o.sample_rate, .no_trim = o.no_trim};
+}
+
 struct EncodeOptions {
   std::vector<std::string> inputs;
   std::string out;

@@ -114,11 +114,11 @@ int output_rate(const Config& c, const TokenFile& t, const std::string& flag, co
   return output_rate(c.sample_rate, t.meta.source_sample_rate, flag, what);
 }
 
-DecodedAudioWriter::DecodedAudioWriter(const Config& c, const TokenFile& t, const DecodeOptions& o, SampleFormat sf,
+DecodedAudioWriter::DecodedAudioWriter(const Config& c, const TokenFile& t, const AudioOutSpec& o,
                                        const std::string& path, bool force, const std::string& what, bool quiet)
     : r_{0, output_rate(c, t, o.sample_rate, what), 0, 0},
       // the exact length is known when no resampling happens
-      w_(path, r_.rate, sf, force,
+      w_(path, r_.rate, o.format, force,
          r_.rate == c.sample_rate ? (!o.no_trim && t.meta.original_samples
                                          ? std::min(t.codes.frames * c.frame_size(), *t.meta.original_samples)
                                          : t.codes.frames * c.frame_size())
@@ -152,9 +152,9 @@ DecodeResult DecodedAudioWriter::finish() {
   return r_;
 }
 
-DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const DecodeOptions& o, SampleFormat sf,
-                            const std::string& path, bool force, const std::string& what, bool quiet) {
-  DecodedAudioWriter out(eng.config(), t, o, sf, path, force, what, quiet);
+DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const AudioOutSpec& spec, const std::string& path,
+                            bool force, const std::string& what, bool quiet) {
+  DecodedAudioWriter out(eng.config(), t, spec, path, force, what, quiet);
   double busy = 0;  // in the writer, not the engine
   const double t0 = monotonic_seconds();
   eng.decode_chunks(t.codes, n_q, [&](const float* y, int64_t n) {

@@ -14,17 +14,11 @@
 
 namespace mimi::app {
 
-// What a decoding command asks (decode, roundtrip, decode --batch, decode --stream).
-struct DecodeOptions {
-  std::vector<std::string> inputs;
-  std::string out;
-  int n_q = -1;  // -1: all codebooks in the file (roundtrip: 8)
-  std::string sample_format = "s16";
-  std::string sample_rate;  // empty = 24000; a number; or "source"
-  bool no_trim = false, recover = false, allow_weights_mismatch = false;
-  bool stream = false;
-  std::string raw_format;  // stream output: "" = WAV, s16le or f32le
-  int batch = 1;           // token files decoded at once through one batched plan (codec/batch.h)
+// How a decoded file is written (a decoding command's --sample-format, --sample-rate, --no-trim).
+struct AudioOutSpec {
+  SampleFormat format = SampleFormat::S16;
+  std::string sample_rate;  // empty = the model's; a number; or "source" (the rate the tokens record)
+  bool no_trim = false;     // keep the padding past the original length the tokens record
 };
 
 struct DecodeResult {
@@ -55,8 +49,8 @@ int output_rate(const Config& c, const TokenFile& t, const std::string& flag, co
 // Destroyed before finish(), it leaves no output (AudioWriter).
 class DecodedAudioWriter {
  public:
-  DecodedAudioWriter(const Config& c, const TokenFile& t, const DecodeOptions& o, SampleFormat sf,
-                     const std::string& path, bool force, const std::string& what, bool quiet);
+  DecodedAudioWriter(const Config& c, const TokenFile& t, const AudioOutSpec& spec, const std::string& path,
+                     bool force, const std::string& what, bool quiet);
   void write(const float* y, int64_t n);
   DecodeResult finish();  // compute: left at 0 for the caller
 
@@ -70,7 +64,7 @@ class DecodedAudioWriter {
 };
 
 // Decodes one token file to `path` with the engine's chunked decoder.
-DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const DecodeOptions& o, SampleFormat sf,
-                            const std::string& path, bool force, const std::string& what, bool quiet);
+DecodeResult decode_to_file(Engine& eng, const TokenFile& t, int n_q, const AudioOutSpec& spec, const std::string& path,
+                            bool force, const std::string& what, bool quiet);
 
 }  // namespace mimi::app
