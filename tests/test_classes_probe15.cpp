@@ -9,8 +9,11 @@
 #include <signal.h>
 #include <sndfile.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "support/cli.h"
 
@@ -127,4 +130,138 @@ TEST_CASE("classes: status finds the plan of the run now on an output that no it
     REQUIRE(box.sh("mimi dataset encode --plan pB --shard 1/3 -o o -q").code == 0);
     CHECK(box.sh("mimi dataset status o --format ranges").out == "0,2\n");
   }
+}
+
+// ---- the fifteenth probe's findings (162 situations, 6 BAD)
+
+TEST_CASE("classes: a plan writes only numbers it can read back; durations that overflow are refused") {
+  Sandbox box("clsp15inf");
+  fs::create_directories(box / "c");
+  write_wav(box / "c/a.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  write_wav(box / "c/b.wav", tone(48000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  const std::string a = (box / "c/a.wav").string(), b = (box / "c/b.wav").string();
+  for (const auto& [da, db] : {std::pair{"1e308", "1.7e308"}, std::pair{"1.7e308", "1.7e308"}, std::pair{"9e307", "9e307"}}) {
+    box.put("m.jsonl", "{\"path\":\"" + a + "\",\"duration\":" + da + "}\n{\"path\":\"" + b + "\",\"duration\":" + db + "}\n");
+    CAPTURE(da);
+    CAPTURE(db);
+    const Run r = box.sh("rm -rf P; mimi dataset plan m.jsonl -o P --shards 1");
+    if (r.code == 0) {  // a sum that fits: the plan must read back
+      CHECK(box.sh("mimi dataset status P --plan P").code != 3);
+      CHECK(box.get("P/plan.json").find("null") == std::string::npos);
+    } else {
+      CHECK(r.code == 3);
+      CHECK(!fs::exists(box / "P/plan.json"));
+    }
+  }
+}
+
+TEST_CASE("classes: the dataset worker refuses stdout or stderr opened on a file it reads or writes") {
+  Sandbox box("clsp15std");
+  fs::create_directories(box / "c");
+  for (int i = 0; i < 2; ++i)
+    write_wav(box / ("c/a" + std::to_string(i) + ".wav"), tone(12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o P --shards 1 -q && mimi dataset encode --plan P --shard 0/1 -o ref -q").code == 0);
+  for (const char* target : {"c/a1.wav", "P/plan.json", "P/shard-00000.jsonl", "o/shards/shard-00000.journal"})
+    for (const char* redirect : {"2>>", "1>>"})
+      for (const char* batch : {"", " --batch 2"}) {
+        REQUIRE(box.sh("rm -rf o && mkdir -p o/shards && cp ref/shards/shard-00000.journal o/shards/ 2>/dev/null; true").code == 0);
+        if (std::string(target).rfind("o/", 0) == 0) box.put(target, box.get("ref/shards/shard-00000.journal"));
+        const std::string before = box.get(target);
+        const Run r = box.sh(std::string("mimi dataset encode --plan P --shard 0/1 -o o -v") + batch + " " + redirect + " " + target);
+        CAPTURE(target);
+        CAPTURE(redirect);
+        CAPTURE(batch);
+        CHECK(r.code == 5);
+        CHECK(box.get(target) == before);
+      }
+}
+
+TEST_CASE("classes: the exit code of a batch is that of the first failing input in order, as one by one") {
+  Sandbox box("clsp15order");
+  write_wav(box / "long.wav", tone(24000 * 20, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  write_wav(box / "good.wav", tone(4800, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  box.put("empty.wav", "");
+  std::vector<std::string> names = {"long.wav", "empty.wav", "good.wav"};
+  std::sort(names.begin(), names.end());
+  int compared = 0;
+  do {
+    std::string args;
+    for (const std::string& n : names) args += " " + n;
+    const std::string setup = "rm -rf out && mkdir out && touch out/long.mimi; ";  // long's output exists: 5
+    const Run one = box.sh(setup + "mimi encode" + args + " -o out/ -q");
+    for (const char* batch : {" --batch 2", " --batch 3"}) {
+      const Run r = box.sh(setup + "mimi encode" + args + " -o out/ -q" + batch);
+      CAPTURE(args);
+      CAPTURE(batch);
+      CHECK(r.code == one.code);
+      ++compared;
+    }
+  } while (std::next_permutation(names.begin(), names.end()));
+  CHECK(compared == 12);
+}
+
+TEST_CASE("classes: status counts of a journal only what the tar still holds, as the worker resumes") {
+  Sandbox box("clsp15tar");
+  fs::create_directories(box / "c");
+  for (int i = 0; i < 8; ++i)
+    write_wav(box / ("c/u" + std::to_string(i) + ".wav"), tone(24000 * 30, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o P --shards 1 -q && mimi dataset encode --plan P --shard 0/1 -o ref -q").code == 0);
+  const std::string want = box.get("ref/shards/shard-00000.tar");
+  REQUIRE(box.sh(fault_env("open", "/c/u", 6, 0, SIGKILL) + "mimi dataset encode --plan P --shard 0/1 -o k -q --sync-items 1").code ==
+          128 + SIGKILL);
+  for (const char* damage : {"rm k2/shards/shard-00000.tar.partial", "truncate -s -600 k2/shards/shard-00000.tar.partial",
+                             "truncate -s 0 k2/shards/shard-00000.tar.partial", "true"}) {
+    REQUIRE(box.sh(std::string("rm -rf k2 && cp -r k k2 && ") + damage).code == 0);
+    const Run st = box.sh("mimi dataset status k2 --format json");
+    REQUIRE(st.code == 0);
+    const size_t counted = nlohmann::json::parse(st.out)["shards"][0]["done_items"].get<size_t>();
+    const Run r = box.sh("mimi dataset encode --plan P --shard 0/1 -o k2");
+    CAPTURE(damage);
+    CAPTURE(r.err);
+    CHECK(r.code == 0);
+    if (counted > 0)
+      CHECK(r.err.find("resuming after item " + std::to_string(counted) + " of 8") != std::string::npos);
+    else
+      CHECK(r.err.find("resuming after") == std::string::npos);
+    if (std::string(damage) != "true") CHECK(r.err.find("warning") != std::string::npos);  // the loss is said
+    CHECK(box.get("k2/shards/shard-00000.tar") == want);
+  }
+}
+
+TEST_CASE("classes: a missing dataset.json over recorded work is said as what it is") {
+  Sandbox box("clsp15dsj");
+  fs::create_directories(box / "c");
+  write_wav(box / "c/a.wav", tone(12000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o P --shards 1 -q && mimi dataset encode --plan P --shard 0/1 -o o -q && rm o/dataset.json").code == 0);
+  for (const char* cmd : {"mimi dataset status o", "mimi dataset verify o", "mimi dataset verify o --plan P"}) {
+    const Run r = box.sh(cmd);
+    CAPTURE(cmd);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("while shards there hold recorded work") != std::string::npos);
+    CHECK(r.err.find("no shard started") == std::string::npos);
+  }
+}
+
+TEST_CASE("classes: a refs/main that is there decides, whatever it holds; only a missing one falls back") {
+  Sandbox box("clsp15refs");
+  write_wav(box / "a.wav", tone(4800, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  const std::string repo = "hub/models--kyutai--mimi";
+  REQUIRE(box.sh("mkdir -p " + repo + "/snapshots/s1 " + repo + "/refs && mimi gen-weights --config tiny -o " + repo +
+                 "/snapshots/s1/model.safetensors -q")
+              .code == 0);
+  const std::string run = "env -u MIMI_WEIGHTS HF_HUB_CACHE=$PWD/hub mimi encode a.wav -o x.mimi -f -q";
+  for (const std::string& ref : {std::string(""), std::string("   \n"), std::string("\n"), std::string("a/b"), std::string("."),
+                                  std::string(".."), std::string("s2")}) {
+    box.put(repo + "/refs/main", ref);
+    CAPTURE(ref);
+    const Run r = box.sh(run);
+    CHECK(r.code == 4);
+    CHECK(r.err.find("refs/main") != std::string::npos);
+  }
+  REQUIRE(box.sh("rm " + repo + "/refs/main && mkdir " + repo + "/refs/main").code == 0);
+  CHECK(box.sh(run).code == 4);
+  REQUIRE(box.sh("rmdir " + repo + "/refs/main").code == 0);
+  CHECK(box.sh(run).code == 0);  // no refs/main: the newest snapshot
+  box.put(repo + "/refs/main", "s1\n");
+  CHECK(box.sh(run).code == 0);
 }

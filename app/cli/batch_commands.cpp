@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -63,8 +64,13 @@ std::unique_ptr<T> take(std::map<size_t, std::unique_ptr<T>>& open, size_t id) {
 
 // What a batch did: the exit code of its first failure, counts, and its closing lines.
 struct BatchTally {
-  int code = kOk;
+  int code = kOk;  // that of the failure first in input order (as one by one), whenever it happened
+  size_t code_at = SIZE_MAX;
   size_t done = 0, failed = 0;
+  void failed_at(size_t position, int c) {
+    ++failed;
+    if (c != kOk && position < code_at) code = c, code_at = position;
+  }
   double audio_s = 0, t_start = 0;
 
   void report_failures(size_t inputs) const {
@@ -105,9 +111,10 @@ int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
   std::map<size_t, std::unique_ptr<Source>> open;  // by tag
   size_t next_tag = 0;
   OutputClaims claims;
-  auto fail = [&](const std::string& in, std::exception_ptr e) {
-    input_failed(in, e, tally.code);  // rethrows what fails every input alike
-    ++tally.failed;
+  auto fail = [&](size_t position, const std::string& in, std::exception_ptr e) {
+    int c = kOk;
+    input_failed(in, e, c);  // rethrows what fails every input alike
+    tally.failed_at(position, c);
   };
   tally.t_start = monotonic_seconds();
   encode_sources(
@@ -126,7 +133,7 @@ int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
                     }
                     claims.claim(target.path(in, ch), in);
                   } catch (...) {
-                    fail(in, std::current_exception());
+                    fail(next_tag, in, std::current_exception());  // (before the next input's tag)
                     continue;
                   }
                   spec.tag = next_tag++;
@@ -151,13 +158,13 @@ int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
                   tally.audio_s += double(a.samples) / rate;
                   ++tally.done;
                 } catch (...) {
-                  fail(s->path, std::current_exception());
+                  fail(c.tag, s->path, std::current_exception());
                 }
               },
           .failed =
               [&](SourceFailure&& f) {
                 const std::unique_ptr<Source> s = take(open, f.tag);
-                fail(s->path, f.error);
+                fail(f.tag, s->path, f.error);
               },
       });
   return tally.finish("encoded", slots, o.inputs.size());
@@ -173,12 +180,14 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   }
   Engine& eng = engine();
   BatchTally tally;
-  auto fail = [&](const std::string& in, std::exception_ptr e) {
-    input_failed(in, e, tally.code);  // rethrows what fails every input alike
-    ++tally.failed;
+  auto fail = [&](size_t index, const std::string& in, std::exception_ptr e) {
+    int c = kOk;
+    input_failed(in, e, c);  // rethrows what fails every input alike
+    tally.failed_at(index, c);
   };
   // One token file in a slot: its codes and its audio file being written.
   struct Open {
+    size_t index = 0;  // into o.inputs
     std::string in, path;
     TokenFile t;
     int n_q = 0;
@@ -202,6 +211,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
       const std::string& in = o.inputs[index];
       try {
         auto f = std::make_unique<Open>();
+        f->index = index;
         f->in = in;
         f->t0 = monotonic_seconds();
         f->t = read_token_input(in, o.recover);
@@ -216,7 +226,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
         f->out = std::make_unique<DecodedAudioWriter>(eng.config(), f->t, audio_out(o, sf), f->path, common_.force, in, true);
         return f;
       } catch (...) {
-        fail(in, std::current_exception());
+        fail(index, in, std::current_exception());
       }
     }
     return nullptr;
@@ -250,7 +260,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
             f.out->write(y, n);
           } catch (...) {
             f.out.reset();  // removes the temporary
-            fail(f.in, std::current_exception());
+            fail(f.index, f.in, std::current_exception());
           }
         },
         [&](const CodesItem& item) {
@@ -262,12 +272,12 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
             tally.audio_s += double(d.samples) / d.rate;
             ++tally.done;
           } catch (...) {
-            fail(f->in, std::current_exception());
+            fail(f->index, f->in, std::current_exception());
           }
         },
         [&](size_t id, std::exception_ptr e) {
           std::unique_ptr<Open> f = take(open, id);
-          fail(f->in, e);
+          fail(f->index, f->in, e);
         });
   }
   return tally.finish("decoded", slots, o.inputs.size());

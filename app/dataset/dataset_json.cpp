@@ -95,8 +95,15 @@ void ensure_dataset_json(const std::string& out, const json& want) {
 json read_dataset_json(const std::string& out) {
   const std::string path = (fs::path(out) / "dataset.json").string();
   std::error_code ec;
-  if (!fs::exists(path, ec))
+  if (!fs::exists(path, ec)) {
+    // Removed by hand, it starts the output over (its shards are not this output's any more; the
+    // workers do them again): said as what it is, not as an output no worker has begun.
+    if (output_holds_records(out))
+      throw Error(ErrorKind::Usage, path + ": missing, while shards there hold recorded work: removed (to start the "
+                                           "output over?), nothing says which plan and settings they were made with, "
+                                           "so none counts as done; the workers of a plan (--plan PLAN/) do them again");
     throw Error(ErrorKind::Usage, path + ": missing (no item of this output has been recorded yet; give --plan PLAN/)");
+  }
   const std::vector<uint8_t> text = read_input(path);
   try {
     return json::parse(text.begin(), text.end());

@@ -100,6 +100,17 @@ int encode_shard(const EncodeShardOptions& o) {
   // Every setting that needs no model is checked before the weights load and dataset.json is
   // written: a typo costs a second, not a model load, and leaves nothing behind.
   const std::vector<Item> items = read_shard_items(plan, shard);
+  {
+    // The shell may have opened stdout or stderr on a file this worker reads (an item: `2>>
+    // corpus/a.wav`) or writes (its journal, its tar): refused before anything is written there.
+    std::vector<std::string> reads = {(fs::path(o.plan) / "plan.json").string(),
+                                      (fs::path(o.plan) / (name + ".jsonl")).string()};
+    for (const Item& it : items) reads.push_back(it.path);
+    refuse_std_streams_onto(reads);
+    refuse_std_streams_onto({paths.tar, paths.partial, paths.journal, paths.index, paths.errors, paths.done,
+                             paths.retry_tar, paths.lock, (fs::path(o.out) / "dataset.json").string()},
+                            "output");
+  }
   const ErrorBudget budget(o.max_errors, items.size());
   (void)Device::parse(o.engine.device);  // a bad device name is a usage error now, not after the load
   if (const json have = dataset_of_plan(o.out, plan); !have.is_null() && have.value("n_q", json()) != json(o.n_q))

@@ -151,6 +151,11 @@ void make_plan(const PlanOptions& o) {
                  kMaxOvershootSeconds);
   double total = 0;
   for (const Item& it : items) total += it.duration;
+  // Every number a plan writes must read back as one (JSON has no infinity): durations that are
+  // each finite may still add up past what a double holds.
+  if (!std::isfinite(total))
+    throw Error(ErrorKind::Input, "the manifests' durations add up to more than can be counted (" +
+                                      std::to_string(items.size()) + " items); no plan written");
   const int n = o.shards > 0 ? o.shards : std::max(1, int(std::ceil(total / 3600.0 / o.shard_hours - 1e-9)));
   if (n > 99999) throw Error(ErrorKind::Usage, "more than 99999 shards");
   const size_t n_items = items.size();

@@ -193,15 +193,18 @@ void ShardWriter::resume(const json& header) {
     entries_.clear();
     line_end_.clear();
   }
+  std::error_code ec;
+  const bool had_partial = fs::exists(p_.partial, ec);
   tar_fd_ = ::open(p_.partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (tar_fd_ < 0) fail(p_.partial, "open");
-  if (file_size(tar_fd_, p_.partial) < end) {  // the tar lost bytes the journal covers: start over
-    good = 0, end = 0, next_ = 0, errors_ = 0, begun = false;
-    entries_.clear();
-    line_end_.clear();
-  }
+  // The journal's records the tar bears out are kept, the rest encoded again - also when the tar
+  // lost bytes the journal covers or is gone, which is said (status counts only what is kept).
   if (const size_t agree = records_the_tar_bears_out(entries_, tar_fd_, p_.partial); agree < entries_.size()) {
-    spdlog::warn("{}: journal record {} contradicts {}: resuming before it", p_.journal, agree + 1, p_.partial);
+    if (!had_partial)
+      spdlog::warn("{}: missing, while {} records {} items in it: they are encoded again", p_.partial, p_.journal,
+                   entries_.size());
+    else
+      spdlog::warn("{}: journal record {} contradicts {}: resuming before it", p_.journal, agree + 1, p_.partial);
     entries_.resize(agree);
     line_end_.resize(agree);
     next_ = agree;

@@ -30,7 +30,10 @@ struct ShardState {
 };
 
 // A journal read leniently (a line being written may be cut): what the shard has so far.
-void read_journal(const std::string& path, ShardState& s, int rate, double mtime) {
+// The items a journal records whose bytes the shard's tar still holds (`covered`: the size of its
+// partial tar, or of the sealed one): the worker resumes after those and encodes the rest again
+// (a tar lost or cut short), so status counts only those as done.
+void read_journal(const std::string& path, ShardState& s, int rate, double mtime, uint64_t covered) {
   std::ifstream f(path);
   for (std::string line; std::getline(f, line);) {
     json j;
@@ -40,6 +43,8 @@ void read_journal(const std::string& path, ShardState& s, int rate, double mtime
       break;
     }
     const std::string k = j.is_object() ? j.value("k", "") : "";
+    if ((k == "ok" || k == "err") && !(j.contains("end") && j["end"].is_number_unsigned() && j["end"].get<uint64_t>() <= covered))
+      break;
     if (k == "ok") ++s.done_items, s.done_seconds += double(j.value("samples", int64_t(0))) / rate;
     if (k == "err") ++s.done_items, ++s.errors;
   }
@@ -119,7 +124,7 @@ int status(const StatusOptions& o) {
   else if (dataset_json && output_holds_records(o.out)) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
   else if ((journals = plan_of_journals(o.out))) plan_dir = *journals;
   else if (dataset_json) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
-  else throw Error(ErrorKind::Usage, o.out + ": no dataset.json yet (no shard started); give --plan PLAN/");
+  else plan_dir = plan_named_by(read_dataset_json(o.out), o.out);  // (its error: none yet, or lost)
   const Plan plan = read_plan(plan_dir);
   // What the worker asks before it writes anything: an output of another plan (replaced with
   // --force, or another --plan) is refused here as there, with the same message and exit 2, so
@@ -151,7 +156,13 @@ int status(const StatusOptions& o) {
       // the same check here, so a shard every worker refuses is never listed for resubmission.
       (void)read_shard_items(plan, i);
       if (fs::exists(p.journal, ec) || fs::exists(p.partial, ec)) {
-        read_journal(p.journal, s, rate, mtime_of(p.journal));
+        auto size_of = [](const std::string& f) {
+          std::error_code sz;
+          const uint64_t n = fs::file_size(f, sz);
+          return sz ? uint64_t(0) : n;
+        };
+        const uint64_t covered = std::max(size_of(p.partial), size_of(p.tar));
+        read_journal(p.journal, s, rate, mtime_of(p.journal), covered);
         // The worker's own check of the journal: a shard it would refuse is not listed to run.
         // Without a dataset.json only the plan's part of the header is known.
         const json begin = journal_begin(p.journal);

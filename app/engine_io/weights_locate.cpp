@@ -60,20 +60,29 @@ std::string locate_weights(const std::string& flag) {
   std::error_code ec;
   const fs::path repo = hub / "models--kyutai--mimi", snaps = repo / "snapshots";
   if (!hub.empty() && fs::is_directory(snaps, ec)) {
-    std::ifstream ref(repo / "refs" / "main");
-    std::string main_ref;
-    if (ref && std::getline(ref, main_ref)) {
+    // refs/main, when it is there at all, decides: one that cannot be read, or is empty, blank or
+    // not a snapshot's name (an interrupted write), is the error, never a snapshot picked by age.
+    const fs::path ref_path = repo / "refs" / "main";
+    if (fs::exists(fs::symlink_status(ref_path, ec))) {
+      const std::string rp = ref_path.string();
+      std::ifstream ref(ref_path);
+      std::string main_ref;
+      if (!ref || fs::is_directory(ref_path, ec))
+        throw Error(ErrorKind::Weights, rp + ": cannot be read: it should name the snapshot to load; download the "
+                                             "weights again (scripts/download-weights.sh), or pass --weights");
+      std::getline(ref, main_ref);
       while (!main_ref.empty() && std::isspace(static_cast<unsigned char>(main_ref.back()))) main_ref.pop_back();
-      if (!main_ref.empty() && main_ref.find('/') == std::string::npos) {
-        std::string f = in_dir(snaps / main_ref);
-        if (!f.empty()) return f;
-        // The snapshot the hub calls current is broken (an interrupted download leaves a dangling
-        // link): an older snapshot is another model, never taken in its place without a word.
-        throw Error(ErrorKind::Weights, (repo / "refs" / "main").string() + " names snapshot " + main_ref + ", and " +
-                                            (snaps / main_ref).string() +
-                                            " holds no readable model.safetensors (an interrupted download?): "
-                                            "download it again (scripts/download-weights.sh), or pass --weights");
-      }
+      if (main_ref.empty() || main_ref.find('/') != std::string::npos || main_ref == "." || main_ref == "..")
+        throw Error(ErrorKind::Weights, rp + ": " + (main_ref.empty() ? std::string("empty") : "'" + main_ref + "'") +
+                                            ", not the name of a snapshot (an interrupted download?): download the "
+                                            "weights again (scripts/download-weights.sh), or pass --weights");
+      std::string f = in_dir(snaps / main_ref);
+      if (!f.empty()) return f;
+      // The snapshot the hub calls current is broken (an interrupted download leaves a dangling
+      // link): an older snapshot is another model, never taken in its place without a word.
+      throw Error(ErrorKind::Weights, rp + " names snapshot " + main_ref + ", and " + (snaps / main_ref).string() +
+                                          " holds no readable model.safetensors (an interrupted download?): "
+                                          "download it again (scripts/download-weights.sh), or pass --weights");
     }
     std::vector<std::pair<fs::file_time_type, fs::path>> all;
     for (const auto& e : fs::directory_iterator(snaps, ec)) {

@@ -107,7 +107,7 @@ void set_protected_inputs(const std::vector<std::string>& inputs) {
   }
 }
 
-void refuse_std_streams_onto(const std::vector<std::string>& inputs) {
+void refuse_std_streams_onto(const std::vector<std::string>& inputs, const char* role) {
   for (const int fd : {2, 1}) {
     struct stat out{};
     if (::fstat(fd, &out) != 0 || !S_ISREG(out.st_mode)) continue;
@@ -119,7 +119,7 @@ void refuse_std_streams_onto(const std::vector<std::string>& inputs) {
         const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (null >= 0) ::dup2(null, 2), ::close(null);
       }
-      throw Error(ErrorKind::Output, std::string(fd == 1 ? "stdout" : "stderr") + " is the input file " + p +
+      throw Error(ErrorKind::Output, std::string(fd == 1 ? "stdout" : "stderr") + " is the " + role + " file " + p +
                                          " (the shell opened it for the output: >>, 1<>): refused, nothing written to it");
     }
   }

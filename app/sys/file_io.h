@@ -40,7 +40,8 @@ void set_protected_inputs(const std::vector<std::string>& inputs);
 // `2>> in.wav`): writing there would change the input with exit 0. Throws Error(Output) when fd 1
 // or 2 is a regular file that is one of `inputs` (same device and inode), before anything is
 // written; a stderr that is an input is first pointed at /dev/null (the message cannot go there).
-void refuse_std_streams_onto(const std::vector<std::string>& inputs);
+// `role` names what the files are to the command in the message ("input", "output").
+void refuse_std_streams_onto(const std::vector<std::string>& inputs, const char* role = "input");
 
 // One output file. To a regular path: a hidden temporary beside it (".NAME.mimi-tmp.HOST.PID.N")
 // that commit() fsyncs and renames into place - without replacing a file that appeared meanwhile
