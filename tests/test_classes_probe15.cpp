@@ -265,3 +265,81 @@ TEST_CASE("classes: a refs/main that is there decides, whatever it holds; only a
   box.put(repo + "/refs/main", "s1\n");
   CHECK(box.sh(run).code == 0);
 }
+
+// ---- the sixteenth probe's findings (109 situations, 7 BAD in 3 causes)
+
+TEST_CASE("classes: status and verify refuse stdout or stderr opened on a file of the output or the plan") {
+  Sandbox box("clsp16std");
+  fs::create_directories(box / "c");
+  for (int i = 0; i < 4; ++i)
+    write_wav(box / ("c/w" + std::to_string(i) + ".wav"), tone(9600, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o pl --shards 2 -q && mimi dataset encode --plan pl --shard 0/2 -o out -q && "
+                 "mimi dataset encode --plan pl --shard 1/2 -o out -q")
+              .code == 0);
+  int tried = 0;
+  for (const char* file : {"out/shards/shard-00000.tar", "out/shards/shard-00001.done", "out/shards/shard-00000.index.jsonl",
+                           "out/dataset.json", "pl/plan.json", "pl/shard-00001.jsonl"})
+    for (const char* cmd : {"mimi dataset status out", "mimi dataset status out --plan pl", "mimi dataset verify out",
+                            "mimi dataset status out --plan nonexist", "mimi dataset status out --format json"})
+      for (const char* redirect : {">>", "2>>", "1<>"}) {
+        const std::string f = file, c = cmd, how = redirect;
+        // (a plan other than pl: pl's files are not this command's)
+        if (c.find("nonexist") != std::string::npos && f.rfind("pl/", 0) == 0) continue;
+        const std::string before = box.get(f);
+        const Run r = box.sh(c + " " + how + " " + f);
+        CAPTURE(f);
+        CAPTURE(c);
+        CAPTURE(how);
+        CHECK(r.code == 5);
+        CHECK(box.get(f) == before);
+        ++tried;
+      }
+  CHECK(box.sh("mimi dataset verify out").code == 0);
+  CHECK(tried == 84);
+}
+
+TEST_CASE("classes: seconds written as text are plain decimals, in every manifest kind") {
+  Sandbox box("clsp16num");
+  write_wav(box / "w.wav", tone(48000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  box.put("wav.scp", "recA w.wav\n");
+  for (const std::string& bad : {"0x1", "0x1p-1", " 1", "1 ", "inf", "nan", "1s", "+1", "1e", ".", "-", "1e999", "1,5", ""}) {
+    box.put("h.jsonl", "{\"path\":\"w.wav\",\"start\":\"" + bad + "\"}\n");
+    CAPTURE(bad);
+    if (!bad.empty() && bad.find(' ') == std::string::npos) {  // (a segments line splits at blanks)
+      box.put("segments", "u1 recA " + bad + " 1.5\n");
+      CHECK(box.sh("rm -rf p1; mimi dataset plan wav.scp segments -o p1 --shards 1 -q").code == 3);
+    }
+    CHECK(box.sh("rm -rf p2; mimi dataset plan h.jsonl -o p2 --shards 1 -q").code == 3);
+  }
+  for (const std::string& good : {"0", "0.5", "5e-1", "0.25E0", ".5", "1."}) {
+    box.put("segments", "u1 recA " + good + " 1.5\n");
+    box.put("h.jsonl", "{\"path\":\"w.wav\",\"start\":\"" + good + "\"}\n");
+    CAPTURE(good);
+    CHECK(box.sh("rm -rf p1; mimi dataset plan wav.scp segments -o p1 --shards 1 -q").code == 0);
+    CHECK(box.sh("rm -rf p2; mimi dataset plan h.jsonl -o p2 --shards 1 -q").code == 0);
+  }
+}
+
+TEST_CASE("classes: status refuses a finished shard whose shard list changed, as the worker and verify do") {
+  Sandbox box("clsp16list");
+  fs::create_directories(box / "c");
+  for (int i = 0; i < 6; ++i)
+    write_wav(box / ("c/s" + std::to_string(i) + ".wav"), tone(12000 + 2400 * i, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
+  REQUIRE(box.sh("mimi dataset plan c -o pz --shards 2 -q && mimi dataset encode --plan pz --shard 0/2 -o oz -q && "
+                 "mimi dataset encode --plan pz --shard 1/2 -o oz -q && cp -r pz pz0")
+              .code == 0);
+  for (const char* edit : {"sed -i '1d' pz/shard-00001.jsonl", "echo >> pz/shard-00000.jsonl", "truncate -s 0 pz/shard-00001.jsonl"}) {
+    REQUIRE(box.sh(std::string("rm -rf pz && cp -r pz0 pz && ") + edit).code == 0);
+    const Run st = box.sh("mimi dataset status oz");
+    const Run todo = box.sh("mimi dataset status oz --todo --format ranges");
+    const Run v = box.sh("mimi dataset verify oz");
+    CAPTURE(edit);
+    CHECK(st.code == 3);
+    CHECK(st.out.empty());
+    CHECK(todo.code == 3);
+    CHECK(v.code == 3);
+    bool worker_refuses = false;
+    for (int s = 0; s < 2; ++s) worker_refuses |= box.sh("mimi dataset encode --plan pz --shard " + std::to_string(s) + "/2 -o oz -q").code == 3;
+    CHECK(worker_refuses);
+  }
+}

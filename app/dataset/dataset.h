@@ -64,6 +64,10 @@ std::string ranges(const std::vector<int>& sorted);
 // (app/dataset/dataset_json.cpp) OUT/dataset.json (Error(Usage) when there is none, Error(Input) when it is damaged), and the
 // plan folder it names (Error(Input) when it names none).
 nlohmann::json read_dataset_json(const std::string& out);
+// status and verify read an output's files and its plan's: stdout or stderr opened by the shell on
+// one of them (`status OUT >> OUT/shards/shard-00000.tar`) is refused, exit 5, before anything is
+// written ("" for a folder not known yet).
+void refuse_std_streams_onto_dataset(const std::string& out, const std::string& plan_dir);
 std::string plan_named_by(const nlohmann::json& dataset, const std::string& out);
 
 // The one decision whether OUT/ holds output of `plan`, asked by the worker, status and verify

@@ -92,6 +92,21 @@ void ensure_dataset_json(const std::string& out, const json& want) {
   }
 }
 
+void refuse_std_streams_onto_dataset(const std::string& out, const std::string& plan_dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  auto add_folder = [&](const fs::path& dir) {
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) files.push_back(it->path().string());
+    ec.clear();
+  };
+  if (!out.empty()) {
+    files.push_back((fs::path(out) / "dataset.json").string());
+    add_folder(fs::path(out) / "shards");
+  }
+  if (!plan_dir.empty()) add_folder(plan_dir);
+  refuse_std_streams_onto(files);
+}
+
 json read_dataset_json(const std::string& out) {
   const std::string path = (fs::path(out) / "dataset.json").string();
   std::error_code ec;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <mutex>
@@ -74,26 +75,40 @@ std::string segment_suffix(double start, double end) {
          (end < 0 ? std::string("end") : std::to_string(std::llround(end * 1000)));
 }
 
+// The one grammar of seconds written as text (a Kaldi segments field, a JSON string): plain
+// decimal, [-]digits[.digits][e[+-]digits], nothing around it. strtod alone would also take hex
+// ("0x1p-1"), "inf", "nan" and leading blanks, and turn garbage into other segment bounds.
+std::optional<double> decimal_seconds(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  size_t i = s[0] == '-' ? 1 : 0, digits = 0;
+  auto run = [&] {
+    size_t n = 0;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i, ++n;
+    return n;
+  };
+  digits += run();
+  if (i < s.size() && s[i] == '.') ++i, digits += run();
+  if (digits == 0) return std::nullopt;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (run() == 0) return std::nullopt;
+  }
+  if (i != s.size()) return std::nullopt;
+  const double d = std::strtod(s.c_str(), nullptr);
+  if (!std::isfinite(d)) return std::nullopt;  // 1e999
+  return d;
+}
+
 double number(const json& v, const char* field, const std::string& where) {
   if (v.is_number() && std::isfinite(v.get<double>())) return v.get<double>();
-  if (v.is_string()) {
-    try {
-      size_t used = 0;
-      const double d = std::stod(v.get<std::string>(), &used);
-      if (used == v.get<std::string>().size() && std::isfinite(d)) return d;  // not "inf" or "nan"
-    } catch (...) {
-    }
-  }
+  if (v.is_string())
+    if (const auto d = decimal_seconds(v.get<std::string>())) return *d;
   throw Error(ErrorKind::Input, where + ": '" + field + "' must be a number of seconds");
 }
 
 double parse_seconds(const std::string& s, const std::string& where) {
-  try {
-    size_t used = 0;
-    const double d = std::stod(s, &used);
-    if (used == s.size() && std::isfinite(d) && d >= 0) return d;
-  } catch (...) {
-  }
+  if (const auto d = decimal_seconds(s); d && *d >= 0) return *d;
   throw Error(ErrorKind::Input, where + ": '" + s + "' is not a time in seconds");
 }
 

@@ -113,6 +113,7 @@ std::optional<std::string> plan_of_journals(const std::string& out) {
 }  // namespace
 
 int status(const StatusOptions& o) {
+  refuse_std_streams_onto_dataset(o.out, o.plan.value_or(""));
   check_status_options(o);
   std::error_code ec;
   std::string plan_dir;
@@ -125,6 +126,7 @@ int status(const StatusOptions& o) {
   else if ((journals = plan_of_journals(o.out))) plan_dir = *journals;
   else if (dataset_json) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
   else plan_dir = plan_named_by(read_dataset_json(o.out), o.out);  // (its error: none yet, or lost)
+  refuse_std_streams_onto_dataset("", plan_dir);
   const Plan plan = read_plan(plan_dir);
   // What the worker asks before it writes anything: an output of another plan (replaced with
   // --force, or another --plan) is refused here as there, with the same message and exit 2, so
@@ -140,6 +142,10 @@ int status(const StatusOptions& o) {
     s.items = plan.shard_items[size_t(i)];
     s.seconds = plan.shard_seconds[size_t(i)];
     const ShardPaths p(o.out, i);
+    // Every shard must have its items as planned, or the worker (and verify) refuses it, exit 3, a
+    // finished one too: the same check here, so status never calls done, or lists for
+    // resubmission, a shard every worker refuses.
+    (void)read_shard_items(plan, i);
     std::string why;
     // (no dataset.json: a .done cannot be this output's)
     const json done = dsj.is_object() ? read_done(p, &why, &dsj, &plan) : json();
@@ -152,9 +158,6 @@ int status(const StatusOptions& o) {
       s.started = done.value("started", 0.0);
       s.last = done.value("finished", 0.0);
     } else {
-      // A shard still to run must have its items as planned, or the worker refuses it (exit 3):
-      // the same check here, so a shard every worker refuses is never listed for resubmission.
-      (void)read_shard_items(plan, i);
       if (fs::exists(p.journal, ec) || fs::exists(p.partial, ec)) {
         auto size_of = [](const std::string& f) {
           std::error_code sz;

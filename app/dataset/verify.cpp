@@ -206,9 +206,12 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
 }  // namespace
 
 int verify(const VerifyOptions& o) {
+  refuse_std_streams_onto_dataset(o.out, o.plan.value_or(""));
   check_verify_options(o);
   const json ds = read_dataset_json(o.out);
-  const Plan plan = read_plan(o.plan ? *o.plan : plan_named_by(ds, o.out));
+  const std::string plan_dir = o.plan ? *o.plan : plan_named_by(ds, o.out);
+  refuse_std_streams_onto_dataset("", plan_dir);
+  const Plan plan = read_plan(plan_dir);
   Checker bad;
   // The worker's and status's own decision (dataset_of_plan); for verify, a problem (exit 3):
   // nothing of this output can be checked against a plan it was not made from.
