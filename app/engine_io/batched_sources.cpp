@@ -48,7 +48,7 @@ void encode_sources(Engine& eng, int n_q, int slots, int readers, const BatchedS
           try {
             s->src = std::make_unique<MonoSource>(spec.path, rate, spec.span);
           } catch (...) {
-            io.failed(SourceFailure{.tag = spec.tag, .stage = SourceFailure::Open, .error = std::current_exception()});
+            io.failed(SourceFailure{.tag = spec.tag, .stage = SourceFailure::Open, .error = std::current_exception(), .shortfall = {}});
             continue;
           }
           s->ahead = std::make_unique<ReadAhead>([src = s->src.get()](std::vector<float>& b) { return src->next(b); },
@@ -74,7 +74,7 @@ void encode_sources(Engine& eng, int n_q, int slots, int readers, const BatchedS
       },
       [&](size_t id, std::exception_ptr e) {
         const std::unique_ptr<OpenSource> s = take(id);
-        SourceFailure f{.tag = id, .stage = SourceFailure::Read, .error = e};
+        SourceFailure f{.tag = id, .stage = SourceFailure::Read, .error = e, .shortfall = {}};
         // The runner's "empty signal" (its own Error(Input) for a source that gave no sample) in
         // the one-by-one path's words; a reader's error, out of memory or the machine as they are.
         bool empty_signal = false;
