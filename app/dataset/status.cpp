@@ -126,7 +126,7 @@ int status(const StatusOptions& o) {
   else if ((journals = plan_of_journals(o.out))) plan_dir = *journals;
   else if (dataset_json) plan_dir = plan_named_by(read_dataset_json(o.out), o.out);
   else plan_dir = plan_named_by(read_dataset_json(o.out), o.out);  // (its error: none yet, or lost)
-  refuse_std_streams_onto_dataset("", plan_dir);
+  if (!o.plan) refuse_std_streams_onto_dataset("", plan_dir);  // (a given --plan was checked above)
   const Plan plan = read_plan(plan_dir);
   // What the worker asks before it writes anything: an output of another plan (replaced with
   // --force, or another --plan) is refused here as there, with the same message and exit 2, so

@@ -210,7 +210,7 @@ int verify(const VerifyOptions& o) {
   check_verify_options(o);
   const json ds = read_dataset_json(o.out);
   const std::string plan_dir = o.plan ? *o.plan : plan_named_by(ds, o.out);
-  refuse_std_streams_onto_dataset("", plan_dir);
+  if (!o.plan) refuse_std_streams_onto_dataset("", plan_dir);  // (a given --plan was checked above)
   const Plan plan = read_plan(plan_dir);
   Checker bad;
   // The worker's and status's own decision (dataset_of_plan); for verify, a problem (exit 3):
