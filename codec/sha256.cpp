@@ -86,9 +86,10 @@ std::string sha256_file(const std::string& path) {
   std::vector<char> buf(1 << 20);
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) s.update(buf.data(), n);
-  const bool bad = std::ferror(f);
+  const int err = std::ferror(f) ? (errno ? errno : EIO) : 0;
   std::fclose(f);
-  if (bad) throw Error(ErrorKind::Input, path + ": read failed");
+  // (judged by its errno: EIO is the machine's failure, never the file's)
+  if (err) throw sys_error(err, ErrorKind::Input, path, "cannot read");
   return s.hex();
 }
 

@@ -394,7 +394,13 @@ TEST_CASE("classes: weights from the Hugging Face cache follow refs/main") {
     CHECK(r.err.find("snapshots/new") != std::string::npos);
     CHECK(!fs::exists(box / "c.mimi"));
   }
-  // without refs/main, the newest snapshot that holds a weights file
+  // without refs/main, the newest snapshot with a weights entry decides: broken (here a directory
+  // in its place), it is the error, never an older snapshot's model (seventeenth probe); gone, the
+  // next newest that holds one is taken
   REQUIRE(box.sh("rm " + R + "/refs/main && rm -rf " + R + "/snapshots/aaa").code == 0);
+  const Run nr = box.sh("env -u MIMI_WEIGHTS HF_HOME=$PWD/hf mimi encode in.wav -o d.mimi -q");
+  CHECK(nr.code == 4);
+  CHECK(nr.err.find("snapshots/new") != std::string::npos);
+  REQUIRE(box.sh("rm -rf " + R + "/snapshots/new").code == 0);
   CHECK(box.sh("env -u MIMI_WEIGHTS HF_HOME=$PWD/hf mimi encode in.wav -o d.mimi -q").code == 0);
 }

@@ -113,9 +113,11 @@ int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
   OutputClaims claims;
   auto fail = [&](size_t position, const std::string& in, std::exception_ptr e) {
     int c = kOk;
+    record_position(position);
     input_failed(in, e, c);  // rethrows what fails every input alike
     tally.failed_at(position, c);
   };
+  OrderedRecords ordered(*this);
   tally.t_start = monotonic_seconds();
   encode_sources(
       eng, o.n_q, slots, o.readers,
@@ -133,7 +135,7 @@ int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
                     }
                     claims.claim(target.path(in, ch), in);
                   } catch (...) {
-                    fail(next_tag, in, std::current_exception());  // (before the next input's tag)
+                    fail(next_tag++, in, std::current_exception());  // (a position of its own)
                     continue;
                   }
                   spec.tag = next_tag++;
@@ -154,6 +156,7 @@ int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
                   a.samples = c.samples;
                   a.source_rate = c.source_rate;
                   a.source_channels = c.source_channels;
+                  record_position(c.tag);
                   write_encoded(target, s->path, s->channel, a, monotonic_seconds() - s->t0);
                   tally.audio_s += double(a.samples) / rate;
                   ++tally.done;
@@ -167,6 +170,7 @@ int App::encode_batched(const EncodeOptions& o, const EncodeTarget& target) {
                 fail(f.tag, s->path, f.error);
               },
       });
+  ordered.finish();
   return tally.finish("encoded", slots, o.inputs.size());
 }
 
@@ -182,9 +186,11 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
   BatchTally tally;
   auto fail = [&](size_t index, const std::string& in, std::exception_ptr e) {
     int c = kOk;
+    record_position(index);
     input_failed(in, e, c);  // rethrows what fails every input alike
     tally.failed_at(index, c);
   };
+  OrderedRecords ordered(*this);
   // One token file in a slot: its codes and its audio file being written.
   struct Open {
     size_t index = 0;  // into o.inputs
@@ -238,6 +244,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
     std::unique_ptr<Open> first = take_next();  // fixes this pass's n_q before the plan is built
     if (!first) {
       if (first_pass && later.empty()) {
+        ordered.finish();
         tally.report_failures(o.inputs.size());
         return tally.code;
       }
@@ -268,6 +275,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
           if (!f->out) return;
           try {
             const DecodeResult d = f->out->finish();
+            record_position(f->index);
             report_decoded(f->in, f->path, f->t, f->n_q, d, monotonic_seconds() - f->t0);
             tally.audio_s += double(d.samples) / d.rate;
             ++tally.done;
@@ -280,6 +288,7 @@ int App::decode_batched(const DecodeOptions& o, SampleFormat sf) {
           fail(f->index, f->in, e);
         });
   }
+  ordered.finish();
   return tally.finish("decoded", slots, o.inputs.size());
 }
 

@@ -112,7 +112,34 @@ void App::emit(const nlohmann::json& record) {
   nlohmann::json r = record;
   for (const char* k : {"input", "output"})
     if (r.contains(k) && r[k].is_string()) put_path(r, k, r[k].get<std::string>());
-  std::cout << json_dump(r) << std::endl;
+  std::string line = json_dump(r);
+  if (!order_) return print_line(line);
+  order_->held[order_->at].push_back(std::move(line));
+  while (!order_->held.empty() && order_->held.begin()->first == order_->next) {
+    auto node = order_->held.extract(order_->held.begin());
+    ++order_->next;
+    for (const std::string& l : node.mapped()) print_line(l);
+  }
+}
+
+void App::begin_ordered_records() { order_ = std::make_unique<RecordOrder>(); }
+
+void App::end_ordered_records(bool quietly) {
+  std::unique_ptr<RecordOrder> o = std::move(order_);
+  if (!o) return;
+  for (const auto& [position, lines] : o->held)
+    for (const std::string& l : lines) {
+      try {
+        print_line(l);
+      } catch (const Error&) {
+        if (!quietly) throw;
+        return;
+      }
+    }
+}
+
+void App::print_line(const std::string& line) {
+  std::cout << line << std::endl;
   if (!std::cout) {  // a full or closed stdout loses the record: that is a failed output
     std::cout.clear();
     throw Error(ErrorKind::Output, "stdout: cannot write the --json record");

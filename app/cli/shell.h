@@ -5,6 +5,7 @@
 
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -132,7 +133,43 @@ class App {
   // The token file of one encoded input (channel ch, -1 = the downmix), its log line and record.
   void write_encoded(const EncodeTarget& target, const std::string& in, int ch, const EncodedAudio& a, double wall);
 
+  // --json records of a batch in input order (as one by one), whatever order the inputs finish
+  // in: each position (an input, or one channel of one) has one record, held until every earlier
+  // position has printed its own. Active between begin_ordered_records() and end_ordered_records().
+  struct RecordOrder {
+    std::map<size_t, std::vector<std::string>> held;  // lines, by position
+    size_t next = 0;  // the first position whose record has not been printed
+    size_t at = 0;    // the position the records emitted now belong to
+  };
+  void begin_ordered_records();
+  void record_position(size_t position) {
+    if (order_) order_->at = position;
+  }
+  // Prints what is held, in order, skipping positions that never recorded (a run stopped by the
+  // machine's failure); `quietly`: a failing stdout is not thrown (the run is failing already).
+  void end_ordered_records(bool quietly);
+  void print_line(const std::string& line);  // throws Error(Output) when stdout fails
+  // Records in input order for the life of a batch; whatever is held is printed on the way out.
+  class OrderedRecords {
+   public:
+    explicit OrderedRecords(App& a) : a_(a) { a_.begin_ordered_records(); }
+    ~OrderedRecords() {
+      if (!finished_) a_.end_ordered_records(true);
+    }
+    OrderedRecords(const OrderedRecords&) = delete;
+    OrderedRecords& operator=(const OrderedRecords&) = delete;
+    void finish() {
+      finished_ = true;
+      a_.end_ordered_records(false);
+    }
+
+   private:
+    App& a_;
+    bool finished_ = false;
+  };
+
   Common common_;
+  std::unique_ptr<RecordOrder> order_;
   Parts parts_;  // what the command runs (encode: the encoder only), set before engine()
   std::unique_ptr<Engine> engine_;
   double load_seconds_ = 0;

@@ -159,6 +159,8 @@ void read_jsonl(const std::string& path, const std::string& base_dir, const std:
       std::string v;
       try {
         v = get_path(j, name);
+      } catch (const std::invalid_argument& e) {  // a bad hex form, or one that disagrees with the name
+        throw Error(ErrorKind::Input, where + ": '" + name + "': " + e.what());
       } catch (const std::exception&) {
         throw Error(ErrorKind::Input, where + ": '" + name + "' is not a string, or a bad '_hex' form of it");
       }
@@ -195,15 +197,19 @@ void read_jsonl(const std::string& path, const std::string& base_dir, const std:
       throw Error(ErrorKind::Input, where + ": start/end/duration out of range");
     if (j.contains("channel")) {
       const json& c = j["channel"];
-      if (c.is_string() && c.get<std::string>() == "mix") it.channel = -1;
+      // A number may be written as text, as seconds may ("1" as 1: one grammar of numbers as text).
+      const std::string text = c.is_string() ? c.get<std::string>() : "";
+      const bool digits = !text.empty() && text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
+      if (text == "mix") it.channel = -1;
       else if (c.is_number_integer() && c.get<int64_t>() >= 0 && c.get<int64_t>() < kMaxChannels) it.channel = c.get<int>();
+      else if (digits && std::stol(text) < kMaxChannels) it.channel = int(std::stol(text));
       else throw Error(ErrorKind::Input, where + ": 'channel' must be a channel index or \"mix\"");
     }
     if (j.contains("id_hex")) {  // the exact bytes, as the tool writes a non-UTF-8 id (as path_hex for a path)
       try {
         it.id = get_path(j, "id");
-      } catch (const std::exception&) {
-        throw Error(ErrorKind::Input, where + ": 'id_hex' is not an even string of hex digits");
+      } catch (const std::exception& e) {
+        throw Error(ErrorKind::Input, where + ": 'id_hex': " + e.what());
       }
       if (it.id.empty()) throw Error(ErrorKind::Input, where + ": 'id_hex' names an empty id");
       if (it.id.find('\0') != std::string::npos) throw Error(ErrorKind::Input, where + ": the 'id' holds a NUL byte");
@@ -227,7 +233,8 @@ struct Recording {
   size_t line = 0;
 };
 
-// wav.scp lines: "<recording-id> <path>"; Kaldi's piped commands ("sox ... |") are refused.
+// wav.scp lines: "<recording-id> <path>", the path the rest of the line (spaces and all, as in Kaldi);
+// Kaldi's piped commands ("sox ... |") are refused.
 std::map<std::string, Recording> read_wav_scp(const std::string& path, const std::string& base_dir,
                                               const std::string& text, Problems& problems,
                                               std::vector<std::string>* order) {
@@ -235,10 +242,12 @@ std::map<std::string, Recording> read_wav_scp(const std::string& path, const std
   std::map<std::string, Recording> recs;
   each_line(path, text, problems, false, [&](const std::string& t, const std::string& where, size_t line) {
     const size_t sp = t.find_first_of(" \t");
-    if (sp == std::string::npos) throw Error(ErrorKind::Input, where + ": expected '<id> <path>'");
-    const std::string id = t.substr(0, sp), file = trim(t.substr(sp));
-    if (file.back() == '|' || file.find(' ') != std::string::npos)
-      throw Error(ErrorKind::Input, where + ": piped or multi-word entries are not supported (give the audio file)");
+    const std::string id = sp == std::string::npos ? t : t.substr(0, sp), file = sp == std::string::npos ? "" : trim(t.substr(sp));
+    if (file.empty()) throw Error(ErrorKind::Input, where + ": expected '<id> <path>'");
+    // As Kaldi reads an rxfilename: the rest of the line is the file, spaces and all; one that
+    // ends in '|' is a command to run, which is not supported.
+    if (!file.empty() && file.back() == '|')
+      throw Error(ErrorKind::Input, where + ": a piped entry (a command ending in '|') is not supported: give the audio file");
     if (!recs.emplace(id, Recording{absolute(base, file, where), line}).second)
       throw Error(ErrorKind::Input, where + ": duplicate recording id '" + id + "'");
     if (order) order->push_back(id);

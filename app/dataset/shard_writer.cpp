@@ -44,12 +44,6 @@ void fsync_dir(const std::string& file) {
   ::close(fd);
 }
 
-uint64_t file_size(int fd, const std::string& what) {
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) fail(what, "stat");
-  return uint64_t(st.st_size);
-}
-
 // How many of the journal's records (from the first) the tar in `fd` bears out. A record must be
 // what the tar holds at its place: an item's two members (key.npy, key.json) with sound headers,
 // from where the previous item ended to its own `end`, the .npy holding its `frames`; an error

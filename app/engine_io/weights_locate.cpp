@@ -93,6 +93,16 @@ std::string locate_weights(const std::string& flag) {
     for (const auto& [t, dir] : all) {
       std::string f = in_dir(dir);
       if (!f.empty()) return f;
+      // A snapshot that has a weights entry which does not read (a dangling link: an interrupted
+      // download) is the newest model there is: an older snapshot is another model, never taken
+      // in its place without a word. Snapshots without any weights entry (other files of the
+      // repository) are passed over.
+      for (const char* name : {"model.safetensors", "tokenizer-e351c8d8-checkpoint125.safetensors"})
+        if (std::error_code lec; fs::exists(fs::symlink_status(dir / name, lec)))
+          throw Error(ErrorKind::Weights, (dir / name).string() + " is the newest snapshot's weights (there is no " +
+                                              (repo / "refs" / "main").string() + "), and it does not read as a "
+                                              "file (an interrupted download?): download it again "
+                                              "(scripts/download-weights.sh), or pass --weights");
     }
   }
   throw Error(ErrorKind::Weights,

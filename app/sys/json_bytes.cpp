@@ -85,6 +85,11 @@ std::string get_path(const nlohmann::json& obj, const std::string& field) {
     if (a < 0 || b < 0) throw std::invalid_argument(field + "_hex: not hex");
     out += char(a << 4 | b);
   }
+  // Both given: they must name one file (FIELD as put_path writes it beside FIELD_hex), never one
+  // of two different names taken in silence.
+  if (const auto f = obj.find(field); f != obj.end() && (!f->is_string() || f->get_ref<const std::string&>() != utf8_lossy(out)))
+    throw std::invalid_argument("'" + field + "' and '" + field + "_hex' say different names ('" + field +
+                                "' must be the bytes of '" + field + "_hex', a byte that is not UTF-8 as U+FFFD); give one of them");
   return out;
 }
 

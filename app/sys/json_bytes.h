@@ -22,7 +22,9 @@ std::string utf8_lossy(const std::string& s);
 // obj[field] = path, following the policy above (adds FIELD_hex for a path that is not UTF-8).
 void put_path(nlohmann::json& obj, const std::string& field, const std::string& path);
 
-// The exact bytes put_path stored. Throws nlohmann's errors as obj.at() does when FIELD is absent.
+// The exact bytes put_path stored. Throws nlohmann's errors as obj.at() does when FIELD is absent,
+// std::invalid_argument for a FIELD_hex that is not hex or that disagrees with a FIELD beside it
+// (FIELD must then be FIELD_hex's bytes as put_path writes them: utf8_lossy).
 std::string get_path(const nlohmann::json& obj, const std::string& field);
 
 // j.dump() that never throws on a string that is not UTF-8 (replaced by U+FFFD: any path in a
