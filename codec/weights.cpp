@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "codec/error.h"
+#include "codec/prepared_weights.h"
 #include "codec/sha256.h"
 
 namespace mimi {
@@ -335,22 +336,64 @@ Config resolve_config(const std::string& weights_path, const LoadOptions& opts, 
   return Config::official();
 }
 
+namespace {
+std::shared_ptr<Model> load_checked(const SafetensorsFile& file, const Config& cfg, Parts parts, TensorMap* kept = nullptr);
+}  // namespace
+
 std::shared_ptr<const Model> load_model(const std::string& weights_path, const LoadOptions& opts) {
   const Config cfg = resolve_config(weights_path, opts);
-  SafetensorsFile file = [&] {
+  auto open = [&] {
     try {
       return SafetensorsFile::open(weights_path);
     } catch (const Error& e) {  // a broken weights file is a weights error, not an input error
       if (e.kind() == ErrorKind::Input) throw Error(ErrorKind::Weights, e.what());
       throw;  // (EMFILE, EIO...: the environment's, exit 75)
     }
-  }();
-  return load_model(file, cfg, opts.parts);
+  };
+  CacheReport ignored;
+  CacheReport& report = opts.cache_report ? *opts.cache_report : ignored;
+  report = {};
+  const std::optional<SourceIdentity> id = opts.cache_dir.empty() ? std::nullopt : SourceIdentity::of(weights_path);
+  if (!id) return load_model(open(), cfg, opts.parts);
+  // The prepared form of this very file (its identity: device, inode, size, times) and config.
+  report.path = prepared_path(opts.cache_dir, *id, cfg);
+  if (auto m = map_prepared(report.path, *id, cfg, weights_path, &report.why)) {
+    report.state = CacheReport::State::Hit;
+    report.why.clear();
+    return m;
+  }
+  TensorMap t;
+  std::shared_ptr<Model> m;
+  try {
+    m = load_checked(open(), cfg, Parts{}, &t);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Input) throw Error(ErrorKind::Weights, e.what());
+    throw;
+  }
+  report.state = CacheReport::State::Built;
+  try {
+    // (a file replaced while it was read is not cached under the identity it had before)
+    if (SourceIdentity::of(weights_path) != id) throw Error(ErrorKind::Weights, weights_path + " changed while it was read");
+    write_prepared(report.path, *id, *m, t, weights_path);
+  } catch (const Error& e) {
+    report.state = CacheReport::State::NotWritten;
+    report.why = e.what();
+    return m;
+  }
+  t.clear();
+  // From now on the run computes from the file it wrote, as every later run will.
+  std::string why;
+  if (auto mapped = map_prepared(report.path, *id, cfg, weights_path, &why)) return mapped;
+  report.state = CacheReport::State::NotWritten;
+  report.why = "written but not readable back: " + why;
+  return m;
 }
 
 namespace {
 
-std::shared_ptr<const Model> load_checked(const SafetensorsFile& file, const Config& cfg, Parts parts) {
+// The model of a file, checked and fingerprinted; `kept` (when given) receives its tensors by moshi
+// name, codebooks divided, with their "sq_norm"s (the prepared-weights cache writes them).
+std::shared_ptr<Model> load_checked(const SafetensorsFile& file, const Config& cfg, Parts parts, TensorMap* kept) {
   if (!parts.encoder && !parts.decoder) parts = Parts{};  // (nothing asked: everything)
   auto m = std::make_shared<Model>();
   m->cfg = cfg;
@@ -421,7 +464,50 @@ std::shared_ptr<const Model> load_checked(const SafetensorsFile& file, const Con
   // The bytes read are those of one version of the file, not of one being rewritten meanwhile.
   file.check_unchanged();
   m->fingerprint = hasher.hex();
+  normalize_codebooks(t, cfg, file.path(), m->has_encoder);
+  assemble_model(*m, t);
+  if (kept) {
+    for (auto it = t.begin(); it != t.end();) it = it->second.empty() ? t.erase(it) : std::next(it);
+    *kept = std::move(t);
+  }
+  return m;
+}
 
+}  // namespace
+
+void normalize_codebooks(TensorMap& t, const Config& cfg, const std::string& what, bool with_sq_norms) {
+  const int64_t Q = cfg.q_dimension, bins = cfg.bins;
+  for (const auto& [prefix, n] : {std::pair{std::string("quantizer.rvq_first"), cfg.n_q_semantic},
+                                  std::pair{std::string("quantizer.rvq_rest"), cfg.n_q - cfg.n_q_semantic}})
+    for (int i = 0; i < n; ++i) {
+      const std::string p = prefix + ".vq.layers." + std::to_string(i) + "._codebook.";
+      const Tensor sum = t.at(p + "embedding_sum"), usage = t.at(p + "cluster_usage");
+      // embedding = sum / usage, in place: the sums' place in the arena is the model's own
+      // (fingerprinted above as read; the division is part of the load, as before)
+      float* e = const_cast<float*>(sum.data);
+      std::vector<float> sq(static_cast<size_t>(bins));
+      for (int64_t b = 0; b < bins; ++b) {
+        const float u = std::max(usage.data[b], 1e-5f);
+        float acc = 0.0f;
+        for (int64_t q = 0; q < Q; ++q) {
+          e[b * Q + q] = e[b * Q + q] / u;
+          acc += e[b * Q + q] * e[b * Q + q];
+        }
+        // finite inputs, but embedding_sum / cluster_usage can overflow (then so does the norm)
+        if (!std::isfinite(acc))
+          bad(what, "codebook '" + p + "embedding_sum' / cluster_usage overflows float32 at entry " +
+                        std::to_string(b) + ": the weights are corrupt");
+        sq[b] = acc;
+      }
+      // (only the encoder's search reads the norms)
+      t[p + "sq_norm"] = with_sq_norms ? Tensor::from_vector({bins}, std::move(sq)) : Tensor{{bins}, nullptr, nullptr};
+      t[p + "cluster_usage"] = Tensor{{bins}, nullptr, nullptr};  // (done with: the load's alone)
+    }
+}
+
+void assemble_model(Model& mo, const TensorMap& t) {
+  Model* m = &mo;
+  const Config& cfg = mo.cfg;
   auto take = [&](const std::string& n) { return t.at(n); };
   auto conv = [&](const std::string& p, int64_t stride = 1, int64_t dil = 1) {
     return make_conv(take(p + ".conv.conv.weight"), take(p + ".conv.conv.bias"), stride, dil, PadMode::Zero);
@@ -480,27 +566,7 @@ std::shared_ptr<const Model> load_checked(const SafetensorsFile& file, const Con
     g.output_proj = reshape(take(prefix + ".output_proj.weight"), {D, Q});
     for (int i = 0; i < n; ++i) {
       const std::string p = prefix + ".vq.layers." + std::to_string(i) + "._codebook.";
-      const Tensor sum = take(p + "embedding_sum"), usage = take(p + "cluster_usage");
-      // embedding = sum / usage, in place: the sums' place in the arena is the model's own
-      // (fingerprinted above as read; the division is part of the load, as before)
-      float* e = const_cast<float*>(sum.data);
-      std::vector<float> sq(static_cast<size_t>(bins));
-      for (int64_t b = 0; b < bins; ++b) {
-        const float u = std::max(usage.data[b], 1e-5f);
-        float acc = 0.0f;
-        for (int64_t q = 0; q < Q; ++q) {
-          e[b * Q + q] = e[b * Q + q] / u;
-          acc += e[b * Q + q] * e[b * Q + q];
-        }
-        // finite inputs, but embedding_sum / cluster_usage can overflow (then so does the norm)
-        if (!std::isfinite(acc))
-          bad(file.path(), "codebook '" + p + "embedding_sum' / cluster_usage overflows float32 at entry " +
-                               std::to_string(b) + ": the weights are corrupt");
-        sq[b] = acc;
-      }
-      Tensor sq_norm = Tensor::from_vector({bins}, std::move(sq));
-      if (!m->has_encoder) sq_norm = Tensor{{bins}, nullptr, nullptr};  // (only the encoder's search reads it)
-      g.books.push_back({reshape(sum, {bins, Q}), std::move(sq_norm)});
+      g.books.push_back({reshape(take(p + "embedding_sum"), {bins, Q}), take(p + "sq_norm")});
     }
     return g;
   };
@@ -510,10 +576,8 @@ std::shared_ptr<const Model> load_checked(const SafetensorsFile& file, const Con
   const int64_t s = cfg.downsample_stride();
   m->downsample = make_conv(take("downsample.conv.conv.conv.weight"), Tensor{}, s, 1, PadMode::Replicate);
   m->upsample = make_convtr(take("upsample.convtr.convtr.convtr.weight"), Tensor{}, s, D);
-  return m;
 }
 
-}  // namespace
 
 std::shared_ptr<const Model> load_model(const SafetensorsFile& file, const Config& cfg, Parts parts) {
   try {

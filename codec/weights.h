@@ -22,11 +22,23 @@ struct Parts {
   bool encoder = true, decoder = true;
 };
 
+// What the prepared-weights cache (codec/prepared_weights.h) did for a load.
+struct CacheReport {
+  enum class State { Off, Hit, Built, NotWritten } state = State::Off;
+  std::string path;  // the cache file
+  std::string why;   // Built: why the entry there was not used; NotWritten: why it could not be written
+};
+
 struct LoadOptions {
   // Config file (HF MimiConfig or moshi style). Without it: a Mimi config.json beside the
   // weights file, else the official defaults.
   std::optional<std::string> config_path;
   Parts parts;
+  // The folder of the prepared-weights cache; "" = none: the weights are read into the process's
+  // own memory. With one, a regular weights file is mapped from its prepared form there, built
+  // first when there is none that matches (the whole model then: every direction is kept).
+  std::string cache_dir;
+  CacheReport* cache_report = nullptr;  // filled when given
 };
 
 // `weights_path` may also name a stream (a pipe, FIFO, /dev/stdin): read once into memory

@@ -20,6 +20,9 @@ void add_common(CLI::App* sub, Common& c, unsigned which) {
   if (which & kWeightsOpt)
     sub->add_option("--weights", c.weights, "Weights: model.safetensors (kyutai/mimi) or moshi's tokenizer checkpoint, "
                                             "or a directory holding one [default: $MIMI_WEIGHTS, then the HF cache]");
+  if (which & kWeightsOpt)
+    sub->add_flag("--no-cache", c.no_cache, "Read the weights into this process's memory instead of mapping their "
+                                            "prepared copy (README: the prepared-weights cache)");
   if (which & kConfigOpt)
     sub->add_option("--config", c.config, "Model config JSON (HF MimiConfig or moshi style) [default: config.json "
                                           "beside the weights, else the official Mimi]");

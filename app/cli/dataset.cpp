@@ -23,7 +23,7 @@ class Dataset : public Command {
   int run(const Common& common) override {
     if (*dp) return ds::make_plan(plan), kOk;
     if (*de) {
-      enc.engine = {common.weights, common.config, common.device, common.threads, Parts{}};
+      enc.engine = {common.weights, common.config, common.device, common.threads, Parts{}, common.no_cache};
       enc.quiet = common.quiet;
       return ds::encode_shard(enc);
     }
@@ -92,6 +92,7 @@ std::unique_ptr<Command> add_dataset(CLI::App& app, Common& common) {
       ->check(CLI::Range(0, 64));
   de->add_option("--weights", common.weights, "Weights, as for encode [default: $MIMI_WEIGHTS, then the HF cache]");
   de->add_option("--config", common.config, "Model config JSON, as for encode");
+  de->add_flag("--no-cache", common.no_cache, "No prepared-weights cache, as for encode");
   de->add_option("--device", common.device, "cpu, cuda[:i] or hip[:i]")->capture_default_str();
   de->add_option("--threads", common.threads, "CPU threads (0 = the CPUs this process may use)")
       ->capture_default_str()

@@ -100,7 +100,7 @@ int exit_code_for(ErrorKind k) {
 
 Engine& App::engine() {
   if (engine_) return *engine_;
-  LoadedEngine le = make_engine({common_.weights, common_.config, common_.device, common_.threads, parts_});
+  LoadedEngine le = make_engine({common_.weights, common_.config, common_.device, common_.threads, parts_, common_.no_cache});
   load_seconds_ = le.load_seconds;
   engine_ = std::move(le.engine);
   return *engine_;

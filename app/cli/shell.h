@@ -39,6 +39,7 @@ struct Common {
   std::string weights, config, device = "cpu";
   int threads = 0;
   bool json = false, quiet = false, force = false;
+  bool no_cache = false;  // --no-cache: no prepared-weights cache (app/engine_io/pipeline.h)
   int verbose = 0;
 };
 

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 
 #include "app/engine_io/weights_locate.h"
 #include "app/formats/audio_io.h"
@@ -21,6 +23,18 @@ double now() {
 
 }  // namespace
 
+std::string weights_cache_dir() {
+  if (const char* off = std::getenv("MIMI_NO_CACHE"); off && *off && std::string(off) != "0") return "";
+  std::filesystem::path dir;
+  if (const char* d = std::getenv("MIMI_CACHE_DIR"); d && *d) dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x && x[0] == '/') dir = std::filesystem::path(x) / "mimi";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache" / "mimi";
+  else return "";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // (failing: the write fails and says so, once)
+  return dir.string();
+}
+
 LoadedEngine make_engine(const EngineSpec& spec) {
   const double t0 = now();
   LoadedEngine le;
@@ -29,7 +43,22 @@ LoadedEngine make_engine(const EngineSpec& spec) {
   if (!spec.config.empty()) lo.config_path = spec.config;
   lo.parts = spec.parts;
   resolve_config(le.weights_path, lo, &le.config_origin);
+  if (!spec.no_cache) lo.cache_dir = weights_cache_dir();
+  CacheReport cache;
+  lo.cache_report = &cache;
   auto model = load_model(le.weights_path, lo);
+  switch (cache.state) {  // a cache that cannot be written or read is never the run's failure
+    case CacheReport::State::Off: break;
+    case CacheReport::State::Hit: spdlog::debug("weights mapped from their prepared copy {}", cache.path); break;
+    case CacheReport::State::Built:
+      spdlog::debug("weights prepared into {} ({})", cache.path, cache.why);
+      break;
+    case CacheReport::State::NotWritten:
+      spdlog::warn("the prepared-weights cache could not be written ({}); the weights are read each run "
+                   "(--no-cache or MIMI_NO_CACHE=1 skips it, MIMI_CACHE_DIR moves it)",
+                   cache.why);
+      break;
+  }
   EngineOptions eo;
   eo.device = Device::parse(spec.device);
   eo.threads = spec.threads;

@@ -19,7 +19,12 @@ struct EngineSpec {
   std::string device = "cpu";
   int threads = 0;
   Parts parts;  // the directions the command runs: the other's weights are not kept (codec/weights.h)
+  bool no_cache = false;  // no prepared-weights cache (also $MIMI_NO_CACHE=1)
 };
+
+// The prepared-weights cache's folder (codec/prepared_weights.h): $MIMI_CACHE_DIR, else
+// $XDG_CACHE_HOME/mimi, else ~/.cache/mimi; "" when there is none ($MIMI_NO_CACHE=1, no home).
+std::string weights_cache_dir();
 
 struct LoadedEngine {
   std::unique_ptr<Engine> engine;

@@ -157,6 +157,9 @@ Run Sandbox::sh(const std::string& cmd, int timeout_s) const {
 #endif
   const std::string full = prelude + "cd " + quote(dir.string()) + " && export PATH=" + quote(mimi_bin_dir()) +
                            ":\"$PATH\" MIMI_WEIGHTS=" + quote(weights) + " HOME=" + quote(dir.string()) +
+                           // the prepared-weights cache beside the sandbox, not in it (a test's
+                           // listing of the sandbox holds what the command made, nothing else)
+                           " MIMI_CACHE_DIR=" + quote(capture_.string() + "/weights-cache") +
                            " && unset HF_HOME && {\n" + cmd + "\n} >" + quote(out) + " 2>" + quote(err);
   const double t0 = now_s();
   const pid_t pid = ::fork();
@@ -195,6 +198,7 @@ pid_t spawn_mimi(const fs::path& cwd, const std::vector<std::string>& args, cons
     ::dup2(o, 1);
     ::dup2(e, 2);
     ::setenv("MIMI_WEIGHTS", weights.c_str(), 1);
+    ::setenv("MIMI_NO_CACHE", "1", 1);  // (no cache folder to leave behind: Sandbox::sh tests the cache)
     ::unsetenv("HF_HOME");
     std::vector<char*> a;
     for (auto& s : argv) a.push_back(s.data());
