@@ -88,7 +88,14 @@ void EncoderSession::encode_pending(bool final) {
   while (whole - done >= max || (final && whole > done)) {
     const int64_t n = std::min(max, whole - done);
     if (!plan_) {  // one plan for the whole session, from a fresh state
-      plan_ = &engine_.encode_plan(max, n_q_);
+      // A signal that ends before its first chunk is full gets a plan of its own size (a power of
+      // two, so that short files share a few cached plans), not a chunk's: a 1 s file allocated
+      // and cleared 10 s worth of buffers (issue 29). The pushes are the same either way.
+      int64_t cap = max;
+      if (final && done == 0)
+        for (cap = 1; cap < whole && cap < max; cap *= 2) {
+        }
+      plan_ = &engine_.encode_plan(std::min(cap, max), n_q_);
       plan_->reset();
     }
     EncodePlan& plan = *plan_;
