@@ -171,7 +171,8 @@ const char* kExitCodes =
     "70 internal error, 75 the machine failed, not the input (out of memory or file descriptors, an I/O\n"
     "error while reading): run again. 128+N killed by signal N (SIGINT, SIGTERM, SIGHUP, SIGUSR1/2, SIGALRM, SIGXCPU...;\n"
     "nothing half-written is left). With several\n"
-    "inputs, a failing input is reported and the rest still run; the exit code is that of the first failure.";
+    "inputs, a failing input is reported and the rest still run; the exit code is that of the first failure,\n"
+    "except that a failure of the machine stops the run at once with 75 (the inputs after it were not done).";
 
 // The commands, in the order --help lists them: each registers its options (app/cli/<command>.cpp).
 const CommandEntry kCommands[] = {

@@ -130,7 +130,9 @@ std::optional<SourceIdentity> SourceIdentity::of(const std::string& path) {
 }
 
 std::string prepared_path(const std::string& dir, const SourceIdentity& id, const Config& cfg) {
-  const std::string key = "v" + std::to_string(kVersion) + "|" + identity_json(id).dump() + "|" + cfg.to_json().dump();
+  // (the user's too: each user maps only entries of their own, see map_prepared)
+  const std::string key = "v" + std::to_string(kVersion) + "|" + identity_json(id).dump() + "|" + cfg.to_json().dump() +
+                          "|" + std::to_string(::geteuid());
   return dir + (dir.empty() || dir.back() == '/' ? "" : "/") + kPrefixName + sha256_hex(key.data(), key.size()).substr(0, 32) +
          kSuffix;
 }
@@ -150,6 +152,9 @@ std::shared_ptr<const Model> map_prepared(const std::string& path, const SourceI
   }
   struct stat st {};
   if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) return miss("not a regular file");
+  // Only an entry this user wrote, and that no one else can write, is trusted to hold the weights
+  // (a shared cache folder must not let another user choose this run's model).
+  if (st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) return miss("not this user's own read-only file");
   const uint64_t size = uint64_t(st.st_size);
   char prefix[kPrefix];
   if (size < kPrefix || !read_at(f.fd, prefix, kPrefix, 0, path)) return miss("truncated (no header)");

@@ -155,6 +155,16 @@ TEST_CASE("weights cache: a damaged or truncated entry is never used: rebuilt") 
     CHECK(c.box.get("y.mimi") == c.box.get("ref.mimi"));
     CHECK(slurp(e) == good);  // rebuilt whole
   }
+  // a whole entry that others may write is not trusted either
+  for (const mode_t mode : {mode_t(0664), mode_t(0646)}) {
+    CAPTURE(mode);
+    ::chmod(e.c_str(), mode);
+    const Run r = c.box.sh(c.enc("y.mimi"));
+    CHECK(r.err.find("weights prepared into") != std::string::npos);
+    struct stat st {};
+    REQUIRE(::stat(e.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0444);
+  }
 }
 
 TEST_CASE("weights cache: first runs at once agree; a cache that cannot be written is a warning") {
