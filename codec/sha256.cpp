@@ -7,6 +7,11 @@
 
 #include "codec/error.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
 namespace mimi {
 namespace {
 
@@ -22,10 +27,69 @@ constexpr uint32_t kK[64] = {
 
 uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
+#if defined(__x86_64__)
+// The x86 SHA extensions (Intel Goldmont and later, AMD Zen): ~5x the portable rounds below, so
+// that `dataset status` can hash every finished tar (its judgement of "done"). Checked against the
+// portable rounds by tests/test_weights.cpp (every length 0..300, random megabytes in random pieces).
+bool have_sha_extensions() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool sha = (b >> 29) & 1u;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool sse41 = (c >> 19) & 1u, ssse3 = (c >> 9) & 1u;
+  return sha && sse41 && ssse3;
+}
+
+// n blocks of 64 bytes. The state is kept as the instructions want it: ABEF and CDGH.
+__attribute__((target("sha,sse4.1,ssse3"))) void blocks_sha_ni(uint32_t h[8], const uint8_t* p, size_t n) {
+  const __m128i swap = _mm_set_epi64x(0x0c0d0e0f08090a0bll, 0x0405060700010203ll);  // big-endian words
+  __m128i t = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)), 0xB1);  // CDAB
+  __m128i s1 = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 4)), 0x1B);  // EFGH
+  __m128i s0 = _mm_alignr_epi8(t, s1, 8);  // ABEF
+  s1 = _mm_blend_epi16(s1, t, 0xF0);       // CDGH
+  for (; n > 0; --n, p += 64) {
+    const __m128i save0 = s0, save1 = s1;
+    __m128i w[4];  // w[i % 4]: the message words 4i..4i+3, then (msg1) their part of word 4i+16..
+    for (int i = 0; i < 4; ++i) w[i] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), swap);
+    for (int i = 0; i < 16; ++i) {
+      const __m128i m = _mm_add_epi32(w[i % 4], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kK + 4 * i)));
+      s1 = _mm_sha256rnds2_epu32(s1, s0, m);
+      if (i >= 3 && i <= 14)  // words 4(i+1)..: w[i-3] (msg1'd) + words 4i-3.. (alignr) + sigma1 (msg2)
+        w[(i + 1) % 4] = _mm_sha256msg2_epu32(
+            _mm_add_epi32(w[(i + 1) % 4], _mm_alignr_epi8(w[i % 4], w[(i + 3) % 4], 4)), w[i % 4]);
+      s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(m, 0x0E));
+      if (i >= 1 && i <= 12) w[(i + 3) % 4] = _mm_sha256msg1_epu32(w[(i + 3) % 4], w[i % 4]);
+    }
+    s0 = _mm_add_epi32(s0, save0);
+    s1 = _mm_add_epi32(s1, save1);
+  }
+  t = _mm_shuffle_epi32(s0, 0x1B);   // FEBA
+  s1 = _mm_shuffle_epi32(s1, 0xB1);  // DCHG
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm_blend_epi16(t, s1, 0xF0));     // DCBA
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), _mm_alignr_epi8(s1, t, 8));    // HGFE
+}
+#endif
+
 }  // namespace
 
-Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+bool Sha256::use_sha_ni() {
+#if defined(__x86_64__)
+  static const bool yes = have_sha_extensions();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+void Sha256::blocks(const uint8_t* p, size_t n) {
+#if defined(__x86_64__)
+  if (!portable_ && use_sha_ni()) return blocks_sha_ni(h_, p, n);
+#endif
+  for (; n > 0; --n, p += 64) block(p);
+}
+
+Sha256::Sha256(bool portable)
+    : portable_(portable), h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
 void Sha256::block(const uint8_t* p) {
   uint32_t w[64];
@@ -48,11 +112,16 @@ void Sha256::update(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   bits_ += uint64_t(n) * 8;
   while (n > 0) {
+    if (used_ == 0 && n >= 64) {  // whole blocks straight from the input
+      blocks(p, n / 64);
+      p += n / 64 * 64, n %= 64;
+      continue;
+    }
     const size_t take = std::min(n, 64 - used_);
     std::memcpy(buf_ + used_, p, take);
     used_ += take, p += take, n -= take;
     if (used_ == 64) {
-      block(buf_);
+      blocks(buf_, 1);
       used_ = 0;
     }
   }

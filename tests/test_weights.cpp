@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -558,4 +559,37 @@ TEST_CASE("loader: a loaded model keeps nothing of the file; its tensors equal a
   auto bytes = std::make_shared<std::vector<uint8_t>>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   const auto held = load_model(SafetensorsFile::from_bytes(bytes, path), test_config("tiny"));
   check_models_identical(*model, *held);
+}
+
+TEST_CASE("sha256: FIPS vectors, and the SHA-extension rounds equal the portable ones at every length") {
+  CHECK(mimi::sha256_hex("", 0) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(mimi::sha256_hex("abc", 3) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  CHECK(mimi::sha256_hex(two.data(), two.size()) == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million(1000000, 'a');
+  CHECK(mimi::sha256_hex(million.data(), million.size()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  MESSAGE("SHA extensions used: " << mimi::Sha256::use_sha_ni());
+  std::mt19937 rng(26);
+  std::vector<uint8_t> bytes(size_t(3) << 20);
+  for (auto& b : bytes) b = uint8_t(rng());
+  auto both = [&](size_t n, size_t piece) {
+    mimi::Sha256 fast, slow(true);
+    for (size_t at = 0; at < n; at += piece) {
+      fast.update(bytes.data() + at, std::min(piece, n - at));
+      slow.update(bytes.data() + at, std::min(piece, n - at));
+    }
+    return std::pair{fast.hex(), slow.hex()};
+  };
+  for (size_t n = 0; n <= 300; ++n) {
+    const auto [f, s] = both(n, 1 + n % 67);
+    CAPTURE(n);
+    CHECK(f == s);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const size_t n = bytes.size() - rng() % 1000, piece = 1 + rng() % 200000;
+    const auto [f, s] = both(n, piece);
+    CAPTURE(n);
+    CAPTURE(piece);
+    CHECK(f == s);
+  }
 }
