@@ -297,7 +297,10 @@ void Config::validate(const std::string& what) const {
   const double stride = double(sample_rate) / double(hop) / frame_rate;
   if (std::abs(stride - std::round(stride)) > 1e-9 || std::round(stride) < 1)
     bad(what, "sample_rate / prod(ratios) / frame_rate must be a whole number");
-  in_range(int64_t(std::round(stride)), 1, 64, "the downsample stride (sample_rate / prod(ratios) / frame_rate)");
+  // (compared as a double: a frame_rate of 1e-300 makes a stride no int64 holds)
+  if (std::round(stride) > 64)
+    bad(what, "the downsample stride (sample_rate / prod(ratios) / frame_rate) must be 1..64, got " +
+                  std::to_string(stride));
 }
 
 int Config::hop() const {

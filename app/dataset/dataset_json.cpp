@@ -2,9 +2,14 @@
 // and the one decision whether an output holds a plan's work.
 #include "app/dataset/dataset_json.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
+#include <map>
+#include <mutex>
 
 #include "app/dataset/dataset.h"
 #include "app/dataset/plan.h"
@@ -69,26 +74,102 @@ json dataset_json(const EncodeShardOptions& o, const Plan& plan, const Engine& e
   return j;
 }
 
+namespace {
+
+// OUT/dataset.json.lock: two one-byte record locks (open-file-description locks: the kernel drops
+// them when the process ends, SIGKILL too, and a second descriptor of the same process is not
+// confused with the first). Byte 0 is held exclusively while dataset.json is checked and written:
+// the check and the write are one step for every worker of the output. Byte 1 is held shared by
+// every worker that has agreed with dataset.json, for the rest of its life: a dataset.json that
+// recorded nothing yet is replaced only when no live worker holds byte 1, so two workers started
+// together with other settings (--n-q, another plan or model) cannot both go on, one under
+// settings that the other then overwrites.
+constexpr off_t kCheckByte = 0;
+constexpr off_t kBoundByte = 1;
+
+bool record_lock(int fd, short type, off_t at, bool wait, const std::string& path) {
+  struct flock l {};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;
+  l.l_start = at;
+  l.l_len = 1;
+  int r;
+  do r = ::fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &l);
+  while (r < 0 && errno == EINTR);
+  if (r == 0) return true;
+  if (!wait && (errno == EAGAIN || errno == EACCES)) return false;
+  throw sys_error(errno, ErrorKind::Output, path, "cannot lock");
+}
+
+// This process's descriptor of OUT/dataset.json.lock (kept open: its byte-1 lock is the binding);
+// -1 where OUT cannot hold a new file (a finished output on a read-only volume: checked, never
+// written).
+struct Binding {
+  int fd = -1;
+  bool bound = false;
+};
+
+Binding& binding_of(const std::string& out) {
+  static std::mutex m;
+  static std::map<std::string, Binding> held;  // (one entry per output this process works on)
+  std::lock_guard<std::mutex> g(m);
+  const std::string key = absolute_path(out);
+  auto it = held.find(key);
+  if (it != held.end()) return it->second;
+  Binding b;
+  const std::string lock = (fs::path(out) / "dataset.json.lock").string();
+  b.fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (b.fd < 0 && errno != EROFS && errno != EACCES && errno != EPERM)
+    throw sys_error(errno, ErrorKind::Output, lock, "cannot open");
+  return held.emplace(key, b).first->second;
+}
+
+}  // namespace
+
 void ensure_dataset_json(const std::string& out, const json& want) {
   const std::string path = (fs::path(out) / "dataset.json").string();
+  const std::string lock = path + ".lock";
   const std::string text = json_dump(want, 1) + "\n";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    try {
-      write_output(path, std::vector<uint8_t>(text.begin(), text.end()), false);
-      return;
-    } catch (const Error&) {
-      if (!fs::exists(path, ec)) throw;  // another worker made it first: compare with theirs
-    }
-  }
+  Binding& b = binding_of(out);
+  const bool locked = b.fd >= 0;
+  if (locked) record_lock(b.fd, F_WRLCK, kCheckByte, true, lock);
+  // (a conversion that fails leaves this process's shared lock as it was: record locks convert in place)
+  const bool others_bound = locked && !record_lock(b.fd, F_WRLCK, kBoundByte, false, lock);
+  const bool was_bound = b.bound;
   try {
-    check_same(read_dataset_json(out), want, path);
-  } catch (const Error& e) {
-    // Settings that recorded nothing bind nothing: a first run that wrote dataset.json and then
-    // failed before its first record was durable (a full disk, a kill) is replaced, not obeyed.
-    if (e.kind() == ErrorKind::Environment || output_holds_records(out)) throw;
-    spdlog::warn("{}: made by a run that recorded no item ({}): replaced with this run's settings", path, e.what());
-    write_output(path, std::vector<uint8_t>(text.begin(), text.end()), true);
+    std::error_code ec;
+    bool agreed = false;
+    if (!fs::exists(path, ec)) {
+      try {
+        write_output(path, std::vector<uint8_t>(text.begin(), text.end()), false);
+        agreed = true;
+      } catch (const Error&) {
+        if (!fs::exists(path, ec)) throw;  // made by a worker not holding the lock (an older mimi): compare
+      }
+    }
+    if (!agreed) try {
+        check_same(read_dataset_json(out), want, path);
+      } catch (const Error& e) {
+        // Settings that recorded nothing bind nothing: a first run that wrote dataset.json and then
+        // failed before its first record was durable (a full disk, a kill) is replaced, not obeyed;
+        // a live worker's is obeyed (it is about to record under it, or recording), this one's too.
+        if (e.kind() == ErrorKind::Environment || !locked || others_bound || was_bound || output_holds_records(out))
+          throw;
+        spdlog::warn("{}: made by a run that recorded no item ({}): replaced with this run's settings", path, e.what());
+        write_output(path, std::vector<uint8_t>(text.begin(), text.end()), true);
+      }
+  } catch (...) {
+    if (locked) {
+      if (!was_bound) record_lock(b.fd, F_UNLCK, kBoundByte, false, lock);
+      else if (!others_bound) record_lock(b.fd, F_RDLCK, kBoundByte, false, lock);
+      record_lock(b.fd, F_UNLCK, kCheckByte, false, lock);
+    }
+    throw;
+  }
+  if (locked) {
+    record_lock(b.fd, F_RDLCK, kBoundByte, false, lock);  // (cannot fail: byte 0 keeps every writer out)
+    b.bound = true;
+    record_lock(b.fd, F_UNLCK, kCheckByte, false, lock);
   }
 }
 

@@ -17,7 +17,9 @@ nlohmann::json dataset_json(const EncodeShardOptions& o, const Plan& plan, const
 
 // Writes OUT/dataset.json when there is none; otherwise checks that it agrees with `want` on every
 // setting that changes the codes (Error(Usage), or Error(Weights) for other weights or config),
-// except that one binding nothing (no item recorded in OUT) is replaced with a warning.
+// except that one binding nothing (no item recorded in OUT, and no live worker holding to it) is
+// replaced with a warning. The check and the write are one step for all workers of OUT (a lock on
+// OUT/dataset.json.lock), and a worker that agreed holds to it until it exits.
 void ensure_dataset_json(const std::string& out, const nlohmann::json& want);
 
 }  // namespace mimi::app::dataset

@@ -100,15 +100,26 @@ std::optional<double> decimal_seconds(const std::string& s) {
   return d;
 }
 
+// The longest time a manifest may name: about 31 years. Every time becomes milliseconds in an
+// item's key and samples in an int64 count (at any rate up to 9 MHz); past this it would not, and
+// no recording is that long: 1e300 or 1e19 is a mistake, said as one, not a key of INT64_MIN.
+constexpr double kMaxSeconds = 1e9;
+
+double in_range(double d, const std::string& text, const std::string& where) {
+  if (std::abs(d) <= kMaxSeconds) return d;
+  throw Error(ErrorKind::Input, where + ": " + text + " s is out of range (a time in a manifest is at most " +
+                                    std::to_string(int64_t(kMaxSeconds)) + " s, about 31 years)");
+}
+
 double number(const json& v, const char* field, const std::string& where) {
-  if (v.is_number() && std::isfinite(v.get<double>())) return v.get<double>();
+  if (v.is_number() && std::isfinite(v.get<double>())) return in_range(v.get<double>(), v.dump(), where);
   if (v.is_string())
-    if (const auto d = decimal_seconds(v.get<std::string>())) return *d;
+    if (const auto d = decimal_seconds(v.get<std::string>())) return in_range(*d, v.get<std::string>(), where);
   throw Error(ErrorKind::Input, where + ": '" + field + "' must be a number of seconds");
 }
 
 double parse_seconds(const std::string& s, const std::string& where) {
-  if (const auto d = decimal_seconds(s); d && *d >= 0) return *d;
+  if (const auto d = decimal_seconds(s); d && *d >= 0) return in_range(*d, s, where);
   throw Error(ErrorKind::Input, where + ": '" + s + "' is not a time in seconds");
 }
 

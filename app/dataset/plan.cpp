@@ -156,8 +156,13 @@ void make_plan(const PlanOptions& o) {
   if (!std::isfinite(total))
     throw Error(ErrorKind::Input, "the manifests' durations add up to more than can be counted (" +
                                       std::to_string(items.size()) + " items); no plan written");
-  const int n = o.shards > 0 ? o.shards : std::max(1, int(std::ceil(total / 3600.0 / o.shard_hours - 1e-9)));
-  if (n > 99999) throw Error(ErrorKind::Usage, "more than 99999 shards");
+  // (counted as a double and compared before it becomes an int: a tiny --shard-hours over a long
+  // corpus is more shards than an int holds, not one shard)
+  const double wanted = o.shards > 0 ? o.shards : std::ceil(total / 3600.0 / o.shard_hours - 1e-9);
+  if (!(wanted <= 99999))
+    throw Error(ErrorKind::Usage, "more than 99999 shards (" + std::to_string(total / 3600.0) + " h at --shard-hours " +
+                                      std::to_string(o.shard_hours) + "); give a larger --shard-hours");
+  const int n = std::max(1, int(wanted));
   const size_t n_items = items.size();
   const auto shards = balance(std::move(items), n);
 
@@ -268,8 +273,13 @@ int resolve_shard(const std::string& spec, int plan_shards, const EnvLookup& env
   const std::string total = std::to_string(plan_shards);
   if (spec != "auto") {
     const size_t slash = spec.find('/');
-    const auto i = parse_int(spec.substr(0, slash));
-    const auto n = slash == std::string::npos ? std::nullopt : parse_int(spec.substr(slash + 1));
+    // I and N are digits only: "-0/2" is as much a typo as "+1/2" (from_chars takes a minus)
+    const auto digits = [](const std::string& t) -> std::optional<long long> {
+      if (t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+      return parse_int(t);
+    };
+    const auto i = digits(spec.substr(0, slash));
+    const auto n = slash == std::string::npos ? std::nullopt : digits(spec.substr(slash + 1));
     if (!i || !n || *n < 1 || *i < 0 || *i >= *n)
       throw Error(ErrorKind::Usage, "--shard must be I/N with 0 <= I < N, or auto; got '" + spec + "'");
     if (*n != plan_shards)

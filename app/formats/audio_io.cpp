@@ -478,9 +478,19 @@ AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bo
   const bool big = max_samples > (int64_t(0xFFFFFFFF) - (1 << 20)) / bytes_per;
   int major = big ? SF_FORMAT_RF64 : SF_FORMAT_WAV;
   impl_->wav_limit = major == SF_FORMAT_WAV ? (int64_t(0xFFFFFFFF) - (1 << 20)) / bytes_per : INT64_MAX;
+  // What a container cannot hold is refused here, before the output exists, as a usage error (it
+  // was libsndfile's "Format not recognised", exit 5, after the output was begun). The rates are
+  // the encoders': libFLAC writes only rates a frame header can state (any up to 65535 Hz, tens
+  // of Hz up to 655350), libvorbis none above 200 kHz.
+  const auto refuse_rate = [&](const char* name, const std::string& which) {
+    throw Error(ErrorKind::Usage, path + ": " + name + " cannot hold " + std::to_string(rate) + " Hz (" + which +
+                                      "); write WAV, or give --sample-rate another rate");
+  };
   if (container == AudioContainer::Flac) {
     major = SF_FORMAT_FLAC;
     if (fmt == SampleFormat::F32) throw Error(ErrorKind::Usage, "FLAC cannot hold float samples (use s16 or s24)");
+    if (rate > 655350 || (rate > 65535 && rate % 10 != 0))
+      refuse_rate("FLAC", "its rates: any up to 65535 Hz, a multiple of 10 Hz up to 655350 Hz");
   } else if (container == AudioContainer::Ogg) {
     major = SF_FORMAT_OGG;
     sub = SF_FORMAT_VORBIS;
@@ -488,6 +498,7 @@ AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bo
     if (fmt != SampleFormat::S16)
       throw Error(ErrorKind::Usage, "OGG Vorbis stores no sample format (it is lossy): --sample-format s24/f32 needs "
                                     "WAV or FLAC (s24)");
+    if (rate > 200000) refuse_rate("OGG Vorbis", "at most 200000 Hz");
   }
   impl_->out = std::make_unique<OutputFile>(path, force);
   impl_->sink.out = impl_->out.get();
