@@ -19,11 +19,11 @@ std::vector<int64_t> encode_pushes(int64_t samples, int64_t chunk_frames, int64_
 
 namespace {
 
-int64_t batch_chunk(const Engine& e, int slots) {
+// chunk: the engine's encode_chunk_frames or decode_chunk_frames
+int64_t batch_chunk(int64_t chunk, int slots) {
   if (slots < 1) throw Error(ErrorKind::Usage, "a batch needs at least one slot, got " + std::to_string(slots));
-  if (e.options().chunk_frames < 1)
-    throw Error(ErrorKind::Usage, "batched coding runs in chunks: the engine's chunk_frames must be > 0");
-  return e.options().chunk_frames;
+  if (chunk < 1) throw Error(ErrorKind::Usage, "batched coding runs in chunks: the engine's chunk frames must be > 0");
+  return chunk;
 }
 
 void fail(const ItemFailed& failed, size_t id, std::exception_ptr e) {
@@ -88,7 +88,7 @@ struct DiscardOnExit {
 // chunks each signal pushes are those it pushes alone.
 void encode_batch(Engine& engine, int n_q, int slots, const std::function<bool(PcmItem&)>& next,
                   const std::function<void(const PcmItem&, Codes&&)>& done, const ItemFailed& failed) {
-  const int64_t chunk = batch_chunk(engine, slots), fs = engine.config().frame_size();
+  const int64_t chunk = batch_chunk(engine.options().encode_chunk_frames, slots), fs = engine.config().frame_size();
   EncodePlan& plan = engine.encode_plan(chunk, n_q, slots);
   plan.reset();
   DiscardOnExit<EncodePlan> guard{plan};
@@ -192,7 +192,7 @@ void encode_batch(Engine& engine, int n_q, int slots, const std::function<bool(P
 void decode_batch(Engine& engine, int n_q, int slots, const std::function<bool(CodesItem&)>& next,
                   const std::function<void(const CodesItem&, const float*, int64_t)>& samples,
                   const std::function<void(const CodesItem&)>& done, const ItemFailed& failed) {
-  const int64_t chunk = batch_chunk(engine, slots), fs = engine.config().frame_size();
+  const int64_t chunk = batch_chunk(engine.options().decode_chunk_frames, slots), fs = engine.config().frame_size();
   const int bins = engine.config().bins;
   DecodePlan& plan = engine.decode_plan(chunk, n_q, slots);
   plan.reset();

@@ -37,7 +37,7 @@ struct CodesItem {
 using ItemFailed = std::function<void(size_t id, std::exception_ptr)>;
 
 // Encodes the signals next() hands out (false: the queue is empty) with `slots` streams at
-// once, in chunks of the engine's chunk_frames (> 0); done() gets each signal's codes as soon as
+// once, in chunks of the engine's encode_chunk_frames (> 0); done() gets each signal's codes as soon as
 // it ends (signals end in any order). failed = nullptr: a failing item's exception propagates.
 void encode_batch(Engine& engine, int n_q, int slots, const std::function<bool(PcmItem&)>& next,
                   const std::function<void(const PcmItem&, Codes&&)>& done, const ItemFailed& failed = nullptr);

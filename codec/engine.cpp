@@ -65,7 +65,7 @@ EncoderSession::EncoderSession(Engine& engine, int n_q)
   const Config& c = engine.config();
   if (n_q < 1 || n_q > c.n_q)
     throw Error(ErrorKind::Usage, "n_q must be in 1.." + std::to_string(c.n_q) + ", got " + std::to_string(n_q));
-  chunk_ = engine.options().chunk_frames > 0 ? engine.options().chunk_frames : 0;
+  chunk_ = engine.options().encode_chunk_frames > 0 ? engine.options().encode_chunk_frames : 0;
   rows_.resize(size_t(n_q));
 }
 
@@ -141,7 +141,7 @@ void Engine::decode_chunks(const Codes& codes, int n_q, const std::function<void
   if (n_q < 1 || n_q > codes.n_q || codes.frames < 1 || codes.data.size() != size_t(codes.n_q) * size_t(codes.frames))
     throw Error(ErrorKind::Usage, "decode_chunks: bad codes or n_q");
   const int64_t F = codes.frames, fs = config().frame_size();
-  const int64_t chunk = opts_.chunk_frames > 0 ? std::min(F, opts_.chunk_frames) : F;
+  const int64_t chunk = opts_.decode_chunk_frames > 0 ? std::min(F, opts_.decode_chunk_frames) : F;
   DecodePlan& plan = decode_plan(chunk, n_q);
   plan.reset();
   std::vector<int32_t> part(size_t(n_q) * size_t(chunk));

@@ -19,8 +19,16 @@ struct EngineOptions {
   size_t plan_cache_capacity = 4;  // 0 = no caching
   int threads = 0;                 // CPU threads, 0 = all
   // Signals longer than this many 80 ms frames run through one plan in chunks of it (constant
-  // memory, one plan for any length); 0 = always one chunk.
-  int64_t chunk_frames = 128;
+  // memory, one plan for any length); 0 = always one chunk. Encoding's chunk is the smaller: its
+  // plan holds ~2.4x decoding's activations per frame (the 24 kHz input side of the SEANet), and
+  // at 64 frames it runs as fast as at 128 with half the memory (docs/PERF.md, issue 29), while
+  // decoding at 64 is 3-5 % slower. The codes and samples are the same at any chunk.
+  int64_t encode_chunk_frames = 64;
+  int64_t decode_chunk_frames = 128;
+  EngineOptions& with_chunk_frames(int64_t frames) {  // both directions (tests, bench --chunk)
+    encode_chunk_frames = decode_chunk_frames = frames;
+    return *this;
+  }
   // On a GPU: capture a plan's steady steps into graphs and replay them (codec/step_graph.h).
   bool graphs = true;
   // Tests only: run on this kernel table instead of the device's (e.g. the CPU kernels with
@@ -69,7 +77,7 @@ class Engine {
   const EngineOptions& options() const { return opts_; }
 
   // F = ceil(T / frame_size) frames; the input is zero-padded to F * frame_size first. Runs in
-  // chunks of chunk_frames through a streaming plan, which gives the offline result.
+  // chunks of encode_chunk_frames through a streaming plan, which gives the offline result.
   // T = 0 and n_q outside 1..cfg.n_q throw Error(Usage).
   Codes encode(const float* pcm, int64_t T, int n_q);
   // Decodes with the first n_q codebooks (n_q <= codes.n_q; -1 = all of them).

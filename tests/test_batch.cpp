@@ -46,7 +46,7 @@ void check_batched(const Setup& su, const std::vector<int64_t>& lengths, int n_q
   EngineOptions o;
   o.device = su.device;
   o.kernels = su.kernels;
-  o.chunk_frames = chunk;
+  o.with_chunk_frames(chunk);
   Engine engine(su.model, o);
   std::vector<std::vector<float>> pcm;
   std::vector<Codes> alone;
@@ -119,7 +119,7 @@ void check_pipelined(const Device& d, const Kernels* kernels) {
   EngineOptions o;  // plans from engines, which place the model on the device
   o.device = d;
   o.kernels = kernels;
-  o.chunk_frames = chunk;
+  o.with_chunk_frames(chunk);
   Engine one(model, o), two(model, o);
   std::vector<std::vector<int64_t>> script = {{2, 2, 2}, {2, 0, 2}, {1, 2, 2}, {2, 2, 0}, {0, 2, 2},
                                               {2, 1, 2}, {2, 2, 2}, {0, 0, 1}, {2, 2, 2}};
@@ -314,7 +314,7 @@ TEST_CASE("batch: pipelined plan steps (two in flight) give what step() gives") 
 TEST_CASE("batch: a slot count or chunk the runner cannot use is a usage error") {
   const Setup su{reference_model("tiny", Dialect::Moshi), Device{}, nullptr};
   EngineOptions o;
-  o.chunk_frames = 0;
+  o.with_chunk_frames(0);
   Engine one_chunk(su.model, o);
   auto none = [](PcmItem&) { return false; };
   auto ignore = [](const PcmItem&, Codes&&) {};
@@ -327,7 +327,7 @@ TEST_CASE("batch: a slot count or chunk the runner cannot use is a usage error")
 TEST_CASE("batch: a failing item fails alone; the others finish as if alone") {
   const Setup su{reference_model("tiny-window", Dialect::Moshi), Device{}, nullptr};
   EngineOptions o;
-  o.chunk_frames = 3;
+  o.with_chunk_frames(3);
   Engine engine(su.model, o);
   const int64_t fs = su.model->cfg.frame_size();
   const std::vector<float> a = signal(7 * fs + 5, 1), b = signal(4 * fs, 2);

@@ -82,7 +82,7 @@ TEST_CASE("engine: fewer codebooks encode to the first rows, decode from the fir
 TEST_CASE("plans: repeated runs are bit-identical; the cache is bounded and can be off") {
   EngineOptions opts;
   opts.plan_cache_capacity = 2;
-  opts.chunk_frames = 0;  // one plan per signal length, so lengths exercise the cache
+  opts.with_chunk_frames(0);  // one plan per signal length, so lengths exercise the cache
   Engine engine(reference_model("tiny", Dialect::Moshi), opts);
   const auto a = tone(5000), b = tone(9000), c = tone(13000);
   const Codes first = engine.encode(a.data(), 5000, 8);
@@ -99,7 +99,7 @@ TEST_CASE("plans: repeated runs are bit-identical; the cache is bounded and can 
 
   EngineOptions off;
   off.plan_cache_capacity = 0;
-  off.chunk_frames = 0;  // same chunking as `engine`: only the caching differs
+  off.with_chunk_frames(0);  // same chunking as `engine`: only the caching differs
   Engine uncached(reference_model("tiny", Dialect::Moshi), off);
   CHECK(uncached.encode(a.data(), 5000, 8).data == first.data);
   CHECK(uncached.encode(a.data(), 5000, 8).data == first.data);
@@ -111,13 +111,13 @@ TEST_CASE("plans: repeated runs are bit-identical; the cache is bounded and can 
 
 TEST_CASE("engine: chunked encoding and incremental feeding give the one-chunk result") {
   EngineOptions whole;
-  whole.chunk_frames = 0;
+  whole.with_chunk_frames(0);
   Engine ref(reference_model("tiny-window", Dialect::Moshi), whole);
   const auto pcm = tone(100000);
   const Codes expect = ref.encode(pcm.data(), 100000, 8);
   for (int64_t chunk : {1, 3, 64}) {
     EngineOptions eo;
-    eo.chunk_frames = chunk;
+    eo.with_chunk_frames(chunk);
     Engine e(reference_model("tiny-window", Dialect::Moshi), eo);
     CHECK(e.encode(pcm.data(), 100000, 8).data == expect.data);
     EncoderSession s(e, 8);

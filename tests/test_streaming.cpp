@@ -124,7 +124,7 @@ TEST_CASE("streaming: minutes of audio in chunks equal the one-chunk computation
   }
   const int64_t F = Engine::frames_for(T, model->cfg);
   EngineOptions whole;
-  whole.chunk_frames = 0;  // the whole signal in one push
+  whole.with_chunk_frames(0);  // the whole signal in one push
   Engine offline(model, whole);
   const Codes ref = offline.encode(pcm.data(), T, 8);
   REQUIRE(ref.frames == F);
@@ -132,7 +132,7 @@ TEST_CASE("streaming: minutes of audio in chunks equal the one-chunk computation
   for (int64_t chunk : {7, 50, 64}) {
     CAPTURE(chunk);
     EngineOptions eo;
-    eo.chunk_frames = chunk;
+    eo.with_chunk_frames(chunk);
     Engine e(model, eo);
     const Codes c = e.encode(pcm.data(), T, 8);
     int64_t diff = 0;
@@ -157,7 +157,8 @@ TEST_CASE("streaming gpu: captured steps replay exactly (tiny-window, chunks of 
     CAPTURE(chunk);
     EngineOptions on, off;
     on.device = off.device = dev;
-    on.chunk_frames = off.chunk_frames = chunk;
+    on.with_chunk_frames(chunk);
+    off.with_chunk_frames(chunk);
     off.graphs = false;
     Engine with(model, on), without(model, off);
     const Codes a = with.encode(pcm.data(), T, 8), b = without.encode(pcm.data(), T, 8);

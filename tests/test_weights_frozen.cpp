@@ -118,7 +118,7 @@ enum class Path { Cached, Uncached, DeviceStyle };
 
 Run run(const std::shared_ptr<const Model>& m, Path path) {
   EngineOptions o;
-  o.chunk_frames = 2;
+  o.with_chunk_frames(2);
   if (path == Path::Uncached) o.plan_cache_capacity = 0;
   if (path == Path::DeviceStyle) o.kernels = &cpu_as_device();
   Engine e(m, o);
@@ -319,7 +319,7 @@ TEST_CASE("frozen weights: a load for one direction keeps only its weights, with
     CHECK_FALSE(dec->acoustic.books[0].embedding.empty());
     // each computes its direction exactly as the whole model (same chunking as run())
     EngineOptions o;
-    o.chunk_frames = 2;
+    o.with_chunk_frames(2);
     Engine e(enc, o), de(dec, o);
     const auto pcm = tone(5 * 1920 + 333);
     const Codes c = e.encode(pcm.data(), int64_t(pcm.size()), enc->cfg.n_q);

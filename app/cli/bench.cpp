@@ -84,7 +84,8 @@ int run_bench(const BenchOptions& o) {
   }
   EngineOptions eo;
   eo.device = Device::parse(o.device);
-  eo.chunk_frames = o.chunk_frames;
+  // --chunk: both directions; not given, each its engine default
+  if (o.chunk_frames >= 0) eo.with_chunk_frames(o.chunk_frames);
   eo.graphs = o.graphs;
   const bool on_gpu = eo.device.kind == Device::Kind::Cuda || eo.device.kind == Device::Kind::Hip;
   // the CPU's FMA peak: the best of three tries (a busy neighbour only ever lowers it)
@@ -205,7 +206,7 @@ int run_bench(const BenchOptions& o) {
     return v[v.size() / 2];
   };
   if (o.json) {
-    nlohmann::json out = {{"threads", threads}, {"device", eo.device.str()}, {"batch", batch}, {"isa", cpu::gemm_isa()}, {"peak_gflops", peak}, {"chunk_frames", o.chunk_frames}, {"weights", source},
+    nlohmann::json out = {{"threads", threads}, {"device", eo.device.str()}, {"batch", batch}, {"isa", cpu::gemm_isa()}, {"peak_gflops", peak}, {"encode_chunk_frames", eo.encode_chunk_frames}, {"decode_chunk_frames", eo.decode_chunk_frames}, {"weights", source},
                           {"n_q", o.n_q}, {"results", nlohmann::json::array()}};
     for (const Row& r : rows) {
       nlohmann::json st = nlohmann::json::object();
@@ -230,12 +231,14 @@ int run_bench(const BenchOptions& o) {
   }
   if (on_gpu)
     std::printf("mimi bench: %s, n_q %d, device %s, batch %d (slots of one batched plan; times per input), chunks of "
-                "%lld frames\n",
-                source.c_str(), o.n_q, eo.device.str().c_str(), batch, (long long)o.chunk_frames);
+                "%lld/%lld frames (encode/decode)\n",
+                source.c_str(), o.n_q, eo.device.str().c_str(), batch, (long long)eo.encode_chunk_frames,
+                (long long)eo.decode_chunk_frames);
   else
-    std::printf("mimi bench: %s, n_q %d, %d thread(s), batch %d, chunks of %lld frames, GEMM %s, measured FMA peak %.1f "
-                "GFLOP/s\n",
-                source.c_str(), o.n_q, threads, batch, (long long)o.chunk_frames, cpu::gemm_isa(), peak);
+    std::printf("mimi bench: %s, n_q %d, %d thread(s), batch %d, chunks of %lld/%lld frames (encode/decode), GEMM %s, "
+                "measured FMA peak %.1f GFLOP/s\n",
+                source.c_str(), o.n_q, threads, batch, (long long)eo.encode_chunk_frames, (long long)eo.decode_chunk_frames,
+                cpu::gemm_isa(), peak);
   std::printf("%-9s %7s %5s %8s %8s %8s %8s %8s %9s %6s\n", "direction", "audio", "runs", "min_s", "median_s", "max_s",
               "x_realtm", "GFLOP", "GFLOP/s", "%peak");
   for (const Row& r : rows) {
@@ -309,8 +312,9 @@ std::unique_ptr<Command> add_bench(CLI::App& app, Common&) {
   b->add_option("--batch", bench.batch, "Inputs per timed run, at once in the slots of one batched plan (times are per input); also the slots of the latency steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  b->add_option("--chunk", bench.chunk_frames, "Frames per chunk (0 = whole signal in one plan)")
-      ->capture_default_str()
+  b->add_option("--chunk", bench.chunk_frames, "Frames per chunk, both directions (0 = whole signal in one plan) [default: the engine's, " +
+                      std::to_string(EngineOptions{}.encode_chunk_frames) + " to encode, " +
+                      std::to_string(EngineOptions{}.decode_chunk_frames) + " to decode]")
       ->check(CLI::Range(int64_t(0), int64_t(45000)));
   b->add_option("--latency-frames", bench.latency_frames, "Frames streamed one by one for the latency line (0 = skip)")
       ->capture_default_str()

@@ -18,7 +18,7 @@ struct BenchOptions {
   int threads = 0;
   std::string device = "cpu";
   int batch = 1;  // inputs per timed run, at once in the slots of one batched plan
-  int64_t chunk_frames = EngineOptions{}.chunk_frames;  // the engine's default
+  int64_t chunk_frames = -1;  // --chunk, both directions; -1: the engine's defaults
   int64_t latency_frames = 250;  // frames pushed one at a time for the latency line (0 = skip)
   bool json = false;
   bool stages = true;       // the CPU's stage table (host clock, the median run)

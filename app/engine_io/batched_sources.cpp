@@ -32,7 +32,7 @@ struct OpenSource {
 
 void encode_sources(Engine& eng, int n_q, int slots, int readers, const BatchedSources& io) {
   ReaderPool pool(readers);  // declared first: it outlives the open sources
-  const int64_t chunk_samples = eng.options().chunk_frames * eng.config().frame_size();
+  const int64_t chunk_samples = eng.options().encode_chunk_frames * eng.config().frame_size();
   const int rate = eng.config().sample_rate;
   std::map<size_t, std::unique_ptr<OpenSource>> open;  // by tag
   auto take = [&](size_t tag) {

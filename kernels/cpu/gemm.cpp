@@ -160,12 +160,16 @@ namespace {
 
 struct PackedB {
   int64_t (*blocks)(int64_t, int64_t);
-  int64_t (*block_floats)();
+  int64_t (*block_floats)(int64_t N);
   void (*pack)(int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);
   void (*gemm)(bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, bool);
 };
 const PackedB& packed_b_fns() {
-#define MIMI_PACKED_B(ns) PackedB{ns::packed_b_blocks, ns::packed_b_block_floats, ns::gemm_pack_b, ns::gemm_serial_prepacked}
+#define MIMI_PACKED_B(ns)                                                                                        \
+  PackedB {                                                                                                      \
+    .blocks = ns::packed_b_blocks, .block_floats = ns::packed_b_block_floats, .pack = ns::gemm_pack_b,           \
+    .gemm = ns::gemm_serial_prepacked                                                                            \
+  }
   static const PackedB fns = kIsa == Isa::Avx512 ? MIMI_PACKED_B(isa_avx512)
                              : kIsa == Isa::Avx2 ? MIMI_PACKED_B(isa_avx2)
                                                  : MIMI_PACKED_B(isa_base);
@@ -211,7 +215,7 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
     // B packed once, shared by the slabs: each slab packing its own copy cost up to a fifth of a
     // transformer GEMM at 2 threads (N = 128 columns, K = 2048: 1 MB packed per 66-row slab).
     const PackedB& pb = packed_b_fns();
-    const int64_t blocks = pb.blocks(N, K), block_floats = pb.block_floats();
+    const int64_t blocks = pb.blocks(N, K), block_floats = pb.block_floats(N);
     std::vector<float>& bp_store = MIMI_THREAD_SCRATCH(std::vector<float>);  // grow-only
     if (bp_store.size() < size_t(blocks * block_floats)) bp_store.resize(size_t(blocks * block_floats));
     float* bp = bp_store.data();  // (thread_local: named here, workers have their own)

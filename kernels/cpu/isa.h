@@ -75,7 +75,7 @@ const char* gemm_isa();
   void exp_serial(int64_t, const float*, float*);                                                 \
   void rvq_argmin(int64_t, int64_t, const float*, const float*, int64_t, const float*, int32_t*);        \
   int64_t packed_b_blocks(int64_t, int64_t);                                                      \
-  int64_t packed_b_block_floats();                                                                \
+  int64_t packed_b_block_floats(int64_t);                                                         \
   void gemm_pack_b(int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);            \
   void gemm_serial_prepacked(bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, \
                              bool);                                                               \

@@ -24,7 +24,7 @@ Engine* engine_for(const Config& cfg, const char* name) {
   // Small chunks: longer token files go through several chunks (the path `mimi decode` takes
   // for anything over 64 frames), and the few plans (chunk x n_q) stay cached, where one plan
   // per token-file length would be rebuilt for most inputs.
-  o.chunk_frames = 8;
+  o.with_chunk_frames(8);
   o.plan_cache_capacity = 128;  // every (direction, chunk, n_q) the harnesses reach
   return new Engine(model, o);  // never freed: lives as long as the process
 }

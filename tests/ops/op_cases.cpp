@@ -64,6 +64,10 @@ void gemm_cases(Table& t) {
                          {32, 32, 0}})
     for (int64_t pad : {0, 3})
       for (bool acc : {false, true}) cases.push_back({M, N, K, pad, acc});
+  // the CPU's shared packing of B (threads > 1, M > N > 4, 2^20 flops or more): narrow, ragged
+  // and more than one NC-wide block of columns, K over several KC blocks
+  for (auto [M, N, K] : {std::array<int64_t, 3>{600, 40, 300}, {700, 7, 513}, {1100, 520, 260}})
+    for (int64_t pad : {0, 3}) cases.push_back({M, N, K, pad, pad > 0});
   for (const Case& c : cases)
     for (bool integer : {false, true}) {
       const int64_t lda = c.K + c.pad, ldb = c.N + c.pad, ldc = c.N + c.pad;
