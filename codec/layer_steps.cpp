@@ -210,13 +210,18 @@ SeanetSplit seanet_split(const Model& m) {
   // (docs/PERF.md): cutting only the 24 kHz stages beat also cutting the 6 kHz ones, whose
   // transposed conv and GEMMs lose more to the narrower columns than they gain in cache, and 16
   // frames beat 8.
-  constexpr int64_t kFloatsPerFrame = 65536, kSubFrames = 16;
+  //
+  // The encoder also cuts its 6 kHz block (128 channels, 61440 floats a frame): there it costs no
+  // speed (its strided conv is the pair path, as wide at 16 frames as at 64) and the chunk's
+  // scratch shrinks from 128 x 6 kHz columns to 256 x 1.2 kHz ones, 24 MB at 64 frames (issue
+  // 29: the memory of a process that encodes).
+  constexpr int64_t kFloatsPerFrame = 65536, kEncFloatsPerFrame = 32768, kSubFrames = 16;
   SeanetSplit sp;
   sp.sub_frames = kSubFrames;
   int64_t per_frame = m.cfg.frame_size();  // samples per frame at the current stage's rate
   for (const EncoderStage& st : m.enc) {    // input of block b: in_channels of its first conv
     const int64_t C = st.res.empty() ? st.down.shape.in_channels : st.res.front().conv1.shape.in_channels;
-    if (C * per_frame < kFloatsPerFrame) break;
+    if (C * per_frame < kEncFloatsPerFrame) break;
     ++sp.enc_head;
     per_frame /= st.down.shape.stride;
   }
