@@ -25,7 +25,9 @@ namespace {
 using nlohmann::json;
 
 constexpr char kMagic[8] = {'M', 'I', 'M', 'I', 'P', 'W', '0', '1'};
-constexpr int kVersion = 1;
+// 2: entries are written only for settled identities (an entry of version 1 may record one that
+// could not tell a change within the same second)
+constexpr int kVersion = 2;
 constexpr size_t kPrefix = 8 + 8 + 32;  // magic, header bytes, header digest
 constexpr size_t kPage = 4096, kAlign = 64;
 constexpr const char* kPrefixName = "weights-";
@@ -127,6 +129,12 @@ std::optional<SourceIdentity> SourceIdentity::of(const std::string& path) {
   id.mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   id.ctime_ns = int64_t(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
   return id;
+}
+
+bool SourceIdentity::settled(int64_t now_ns) const {
+  const bool whole_seconds = mtime_ns % 1000000000 == 0 && ctime_ns % 1000000000 == 0;
+  const int64_t tick = whole_seconds ? 2000000000 : 100000000;
+  return std::max(mtime_ns, ctime_ns) <= now_ns - tick;
 }
 
 std::string prepared_path(const std::string& dir, const SourceIdentity& id, const Config& cfg) {

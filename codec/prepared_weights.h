@@ -41,6 +41,13 @@ struct SourceIdentity {
   uint64_t dev = 0, ino = 0, size = 0;
   int64_t mtime_ns = 0, ctime_ns = 0;
   static std::optional<SourceIdentity> of(const std::string& path);
+  // Whether this identity, taken at `now_ns` (CLOCK_REALTIME), tells every later change of the
+  // file: not when the file changed less than one tick of its timestamps before (another change
+  // in that tick, same size and inode, would leave the same identity: a file system of whole
+  // seconds, ext2 or FAT, replaced within the second). Ticks: 2 s where both times have no
+  // nanoseconds (whole-second timestamps), else 100 ms (the kernel stamps files from a clock
+  // that moves in ticks of up to 10 ms). An unsettled file is read, not cached, that run.
+  bool settled(int64_t now_ns) const;
   bool operator==(const SourceIdentity& o) const {
     return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
   }

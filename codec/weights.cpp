@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <ctime>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -355,12 +356,20 @@ std::shared_ptr<const Model> load_model(const std::string& weights_path, const L
   report = {};
   const std::optional<SourceIdentity> id = opts.cache_dir.empty() ? std::nullopt : SourceIdentity::of(weights_path);
   if (!id) return load_model(open(), cfg, opts.parts);
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const bool settled = id->settled(int64_t(now.tv_sec) * 1000000000 + now.tv_nsec);
   // The prepared form of this very file (its identity: device, inode, size, times) and config.
   report.path = prepared_path(opts.cache_dir, *id, cfg);
   if (auto m = map_prepared(report.path, *id, cfg, weights_path, &report.why)) {
     report.state = CacheReport::State::Hit;
     report.why.clear();
     return m;
+  }
+  if (!settled) {  // (an entry written before stays valid: the file changed since, or it is used)
+    report.state = CacheReport::State::Unsettled;
+    report.why = weights_path + " changed moments ago: cached once its timestamps would show a further change";
+    return load_model(open(), cfg, opts.parts);
   }
   TensorMap t;
   std::shared_ptr<Model> m;

@@ -24,9 +24,10 @@ struct Parts {
 
 // What the prepared-weights cache (codec/prepared_weights.h) did for a load.
 struct CacheReport {
-  enum class State { Off, Hit, Built, NotWritten } state = State::Off;
+  enum class State { Off, Hit, Built, NotWritten, Unsettled } state = State::Off;
   std::string path;  // the cache file
-  std::string why;   // Built: why the entry there was not used; NotWritten: why it could not be written
+  std::string why;   // Built: why the entry there was not used; NotWritten: why it could not be written;
+                     // Unsettled: the file changed too recently to be cached (SourceIdentity::settled)
 };
 
 struct LoadOptions {

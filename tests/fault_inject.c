@@ -6,8 +6,10 @@
 //   MIMI_FAULT_ERRNO=N     the errno to fail with (a number); unset or 0: the shim does nothing
 //   MIMI_FAULT_PATH=S      fail only for paths containing S (opens), and for the descriptors that
 //                          were opened on such a path (reads)
-//   MIMI_FAULT_OP=open|read|any|rename   which calls fail [default: any: opens and reads];
-//                          rename: rename, renameat, renameat2 whose *destination* matches
+//   MIMI_FAULT_OP=open|read|any|rename|stat   which calls fail [default: any: opens and reads];
+//                          rename: rename, renameat, renameat2 whose *destination* matches;
+//                          stat: stat, lstat (and their 64 forms) of a matching path (a folder
+//                          without search permission, seen as a user other than root)
 //   MIMI_FAULT_SIGNAL=N    instead of failing the call, raise signal N in it, then (if the
 //                          process lives on: a handler that returns) let the call go on
 //   MIMI_FAULT_AFTER=N     let the first N matching calls pass [default: 0]
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -37,7 +40,7 @@
 
 static int g_errno = 0;           // 0: inactive
 static const char* g_path = NULL;
-static int g_open = 1, g_read = 1, g_rename = 0;
+static int g_open = 1, g_read = 1, g_rename = 0, g_stat = 0;
 static int g_signal = 0;
 static long g_after = 0;
 static long g_seen = 0;           // matching calls so far (atomic)
@@ -66,6 +69,10 @@ static ssize_t (*real___pread64_chk)(int, void*, size_t, off_t, size_t);
 static int (*real_rename)(const char*, const char*);
 static int (*real_renameat)(int, const char*, int, const char*);
 static int (*real_renameat2)(int, const char*, int, const char*, unsigned);
+static int (*real_stat)(const char*, struct stat*);
+static int (*real_lstat)(const char*, struct stat*);
+static int (*real_stat64)(const char*, struct stat64*);
+static int (*real_lstat64)(const char*, struct stat64*);
 static int (*real_close)(int);
 static int (*real_fclose)(FILE*);
 
@@ -76,6 +83,7 @@ static void resolve(void) {
   R(open); R(open64); R(openat); R(openat64); R(__open_2); R(__open64_2); R(__openat_2); R(__openat64_2);
   R(fopen); R(fopen64); R(freopen); R(read); R(pread); R(pread64); R(readv); R(preadv);
   R(__read_chk); R(__pread_chk); R(__pread64_chk); R(close); R(fclose); R(rename); R(renameat); R(renameat2);
+  R(stat); R(lstat); R(stat64); R(lstat64);
 #undef R
   __atomic_store_n(&done, 1, __ATOMIC_RELEASE);
 }
@@ -93,6 +101,7 @@ __attribute__((constructor)) static void init(void) {
   if (op && strcmp(op, "open") == 0) g_read = 0;
   if (op && strcmp(op, "read") == 0) g_open = 0;
   if (op && strcmp(op, "rename") == 0) g_open = g_read = 0, g_rename = 1;
+  if (op && strcmp(op, "stat") == 0) g_open = g_read = 0, g_stat = 1;
   const char* a = getenv("MIMI_FAULT_AFTER");
   g_after = a ? atol(a) : 0;
   g_log = getenv("MIMI_FAULT_LOG");
@@ -129,6 +138,12 @@ static int inject_fails(void) {
 static int fail_rename(const char* to) {
   if (!g_rename || !path_matches(to) || !take()) return 0;
   log_line("rename", to);
+  return inject_fails();
+}
+
+static int fail_stat(const char* path) {
+  if (!g_stat || !path_matches(path) || !take()) return 0;
+  log_line("stat", path);
   return inject_fails();
 }
 
@@ -253,4 +268,25 @@ int fclose(FILE* f) {
   resolve();
   if (f) untrack(fileno(f));
   return real_fclose(f);
+}
+
+int stat(const char* path, struct stat* st) {
+  resolve();
+  if (fail_stat(path)) return -1;
+  return real_stat(path, st);
+}
+int lstat(const char* path, struct stat* st) {
+  resolve();
+  if (fail_stat(path)) return -1;
+  return real_lstat(path, st);
+}
+int stat64(const char* path, struct stat64* st) {
+  resolve();
+  if (fail_stat(path)) return -1;
+  return real_stat64(path, st);
+}
+int lstat64(const char* path, struct stat64* st) {
+  resolve();
+  if (fail_stat(path)) return -1;
+  return real_lstat64(path, st);
 }

@@ -67,13 +67,6 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
   return s;
 }
 
-std::vector<std::string> lines_of(const std::string& s) {
-  std::vector<std::string> v;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) v.push_back(l);
-  return v;
-}
-
 // A bash word for any bytes: $'...' with every byte outside [A-Za-z0-9._/-] as \xNN.
 std::string bq(const std::string& s) {
   std::string o = "$'";

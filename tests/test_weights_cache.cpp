@@ -36,7 +36,11 @@ struct CacheBox {
     write_wav(box / "a.wav", tone(24000, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
     REQUIRE(box.sh("mkdir w && mimi gen-weights --config tiny -o w/m.safetensors -q && mimi gen-weights --config tiny --seed 2 -o other.safetensors -q").code == 0);
     REQUIRE(box.sh("mimi encode a.wav -o ref.mimi --no-cache -q --weights w/m.safetensors").code == 0);
+    settle();
   }
+  // A weights file is cached only once its timestamps would show a further change (100 ms on a
+  // file system with nanoseconds: SourceIdentity::settled): each change below waits that long.
+  void settle() const { REQUIRE(box.sh("sleep 0.15").code == 0); }
   ~CacheBox() {
     std::error_code ec;
     fs::remove_all(cache(), ec);
@@ -96,6 +100,7 @@ TEST_CASE("weights cache: every identity field of the weights file, and the conf
   for (const Change& ch : changes) {
     CAPTURE(ch.what);
     REQUIRE(c.box.sh(ch.cmd).code == 0);
+    c.settle();
     const Run r = c.box.sh(c.enc("y.mimi"));
     CHECK(r.code == 0);
     CHECK(r.err.find("weights prepared into") != std::string::npos);
@@ -109,6 +114,7 @@ TEST_CASE("weights cache: every identity field of the weights file, and the conf
   }
   // another config for the same file: another entry
   REQUIRE(c.box.sh("mimi gen-weights --config tiny -o w/m.safetensors -f -q").code == 0);
+  c.settle();
   REQUIRE(c.box.sh(c.enc("y.mimi")).code == 0);
   std::string cfg = c.box.get("w/config.json");
   const size_t at = cfg.find("\"rope_theta\": ");

@@ -21,7 +21,13 @@ int App::convert(const ConvertOptions& o) {
   TokenFile t = read_token_input(o.input, o.recover);
   const TokenFormat fmt = token_format_for(o.format, o.out);
   const std::string path = output_path(o.input, o.out, format_extension(fmt));
-  const std::vector<uint8_t> bytes = write_tokens(t, fmt);
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = write_tokens(t, fmt);
+  } catch (const Error& e) {  // (--recover of a file with no good frame: named by its input)
+    if (e.kind() != ErrorKind::Input) throw;
+    throw Error(ErrorKind::Input, o.input + ": " + e.what());
+  }
   write_output(path, bytes, common_.force);
   spdlog::info("{} -> {} ({}, {} frames x {} codebooks)", o.input, path, format_name(fmt), t.codes.frames, t.codes.n_q);
   emit({{"input", o.input}, {"output", path}, {"status", "ok"}, {"format", format_name(fmt)}, {"frames", t.codes.frames},

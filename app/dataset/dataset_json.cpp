@@ -45,7 +45,9 @@ json dataset_fields(const EncodeShardOptions& o, const Plan& plan, const Engine&
           {"plan_sha256", plan.digest},
           {"shards", plan.shards},
           // every shard's .done carries the digest of its fields (older outputs' records do not)
-          {"done_record", "record_sha256"}};
+          {"done_record", "record_sha256"},
+          // and the digests of its index and errors file (older outputs' records do not)
+          {"done_files", "index_sha256 errors_sha256"}};
 }
 
 // What a second run must agree on with the first (tool version and paths may differ). The

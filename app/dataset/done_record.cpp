@@ -31,7 +31,13 @@ const std::vector<std::pair<std::string, FieldKind>> kDoneFields = {
     {"items", FieldKind::Count},          {"ok", FieldKind::Count},
     {"errors", FieldKind::Count},         {"samples", FieldKind::Count},
     {"frames", FieldKind::Count},         {"tar_bytes", FieldKind::Count},
-    {"tar_sha256", FieldKind::String},    {"record_sha256", FieldKind::String}};
+    {"tar_sha256", FieldKind::String},    {"record_sha256", FieldKind::String},
+    {"index_sha256", FieldKind::String},  {"errors_sha256", FieldKind::String}};
+
+// The digests of the index and the errors file: any change to them (lines reordered, an offset one
+// off, a key renamed) makes the shard not done for the worker and status, as verify fails it.
+// Required where dataset.json says the records carry them ("done_files"); an older output's do not.
+const std::vector<std::string> kFileDigests = {"index_sha256", "errors_sha256"};
 
 // The sha256 of the record's other fields (json_dump: keys sorted), written last into the record:
 // any edit by hand, also one that keeps every value possible (a frame count one off, another
@@ -67,6 +73,9 @@ std::vector<std::string> done_problems(const json& d, const DoneFacts& f) {
       if (k == kOptionalDoneField && !(f.dataset && f.dataset->is_object() && f.dataset->contains(k))) continue;
       // (required in an output whose dataset.json says its records carry it: the older ones do not)
       if (k == kRecordDigest && !(f.dataset && f.dataset->is_object() && f.dataset->value("done_record", "") == k)) continue;
+      if (std::count(kFileDigests.begin(), kFileDigests.end(), k) &&
+          !(f.dataset && f.dataset->is_object() && f.dataset->contains("done_files")))
+        continue;
       bad(k, "is missing");
       continue;
     }
@@ -104,12 +113,15 @@ std::vector<std::string> done_problems(const json& d, const DoneFacts& f) {
   if (f.frames) differs("frames", *f.frames, "the index");
   if (f.tar_bytes) differs("tar_bytes", *f.tar_bytes, "the tar on disk");
   if (f.tar_sha256) differs("tar_sha256", *f.tar_sha256, "the tar on disk");
+  if (f.index_sha256) differs("index_sha256", *f.index_sha256, "the index on disk (changed since it was written)");
+  if (f.errors_sha256) differs("errors_sha256", *f.errors_sha256, "the errors file on disk (changed since it was written)");
   if (has("items") && has("ok") && has("errors") && c("items") != c("ok") + c("errors"))
     bad("items", std::to_string(c("items")) + " is not 'ok' " + std::to_string(c("ok")) + " + 'errors' " +
                      std::to_string(c("errors")));
   if (has("tar_bytes") && (c("tar_bytes") % 512 || c("tar_bytes") < 1024))
     bad("tar_bytes", std::to_string(c("tar_bytes")) + " is not a whole tar (512-byte blocks and its end blocks)");
-  if (has("tar_sha256") && !is_sha256(v.at("tar_sha256").get<std::string>())) bad("tar_sha256", "is not a sha256");
+  for (const char* k : {"tar_sha256", "index_sha256", "errors_sha256"})
+    if (has(k) && !is_sha256(v.at(k).get<std::string>())) bad(k, "is not a sha256");
   if (has("record_sha256") && v.at("record_sha256").get<std::string>() != record_digest(d))
     bad("record_sha256", "does not match the record's other fields (edited by hand?)");
   // (a dataset.json field that is not a number: nothing to hold the record to)
@@ -208,6 +220,7 @@ json read_done(const ShardPaths& p, std::string* why, const json* dataset, const
     }
     const std::vector<uint8_t> text = read_input(*file);  // (errno judged there)
     *count = int64_t(std::count(text.begin(), text.end(), uint8_t('\n')));
+    (file == &p.index ? facts.index_sha256 : facts.errors_sha256) = sha256_hex(text.data(), text.size());
     if (file != &p.index) continue;
     // and the index's frames and samples summed, against the record's totals
     int64_t frames = 0, samples = 0;

@@ -24,7 +24,7 @@ struct DoneFacts {
   std::optional<uint64_t> tar_bytes;        // the size of the tar on disk
   // From the shard's files (verify): the tar's digest, the index (lines, sums of frames and
   // samples), the errors file, the planned items' durations summed as the worker sums them.
-  std::optional<std::string> tar_sha256;
+  std::optional<std::string> tar_sha256, index_sha256, errors_sha256;
   std::optional<int64_t> ok, errors, samples, frames;
   std::optional<double> planned_seconds;
 };

@@ -223,7 +223,19 @@ WalkResult walk_directory(const std::string& dir) {
       for (const std::string& n : names) {
         const std::string child = d + "/" + n;
         struct stat cs{};
-        if (stat_of(child, cs, false) != 0) continue;  // gone meanwhile
+        // Every name the folder lists is planned or said: only one removed meanwhile goes in silence.
+        if (const int err = stat_of(child, cs, false); err != 0) {
+          if (err == ENOENT) continue;  // gone meanwhile
+          if (err == EACCES) {  // a folder that can be listed but not searched (r--): none of its entries
+            r.refused.push_back(d + ": cannot look into this folder (" + std::strerror(err) + "): its " +
+                                std::to_string(names.size()) + " entries are not planned");
+            break;
+          }
+          // (ENAMETOOLONG: a path past PATH_MAX. Refused whatever its name: one that is not audio
+          // may be a folder of it, and nothing under it could be read by its path either.)
+          r.refused.push_back(child + ": cannot look at it: " + std::strerror(err));
+          continue;
+        }
         if (S_ISDIR(cs.st_mode)) {
           if (dirs.insert({cs.st_dev, cs.st_ino}).second) subdirs.push_back(child);
           else ++r.repeated_dirs;  // a bind mount: one folder under two names
@@ -248,8 +260,9 @@ WalkResult walk_directory(const std::string& dir) {
       if (audio) r.files.push_back(l);  // check_entry says what is wrong with it
       else
         r.notes.push_back(l + ": not followed: " +
-                          (err == ELOOP ? std::string("a loop of symbolic links")
-                                        : "a dangling symbolic link (to '" + link_target(l) + "')"));
+                          (err == ELOOP    ? std::string("a loop of symbolic links")
+                           : err == ENOENT ? "a dangling symbolic link (to '" + link_target(l) + "')"
+                                           : "a link to '" + link_target(l) + "': " + std::strerror(err)));
       continue;
     }
     if (S_ISDIR(ts.st_mode)) {

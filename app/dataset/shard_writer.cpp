@@ -365,6 +365,8 @@ json ShardWriter::finish(const json& extra) {
   done["frames"] = frames;
   done["tar_bytes"] = tar_size_;
   done["tar_sha256"] = sha256_file(p_.tar);
+  done["index_sha256"] = sha256_hex(index.data(), index.size());
+  done["errors_sha256"] = sha256_hex(errors.data(), errors.size());
   seal_done_record(done);
   write_text(p_.done, json_dump(done, 1) + "\n");  // last: the shard is done once this exists
   fsync_dir(p_.done);

@@ -88,6 +88,10 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
   }
   std::vector<json> index, errors;
   try {
+    for (const auto& [file, digest] : {std::pair{&p.index, &facts.index_sha256}, std::pair{&p.errors, &facts.errors_sha256}}) {
+      const std::vector<uint8_t> text = read_input(*file);
+      *digest = sha256_hex(text.data(), text.size());
+    }
     index = read_json_lines(p.index);
     errors = read_json_lines(p.errors);
   } catch (const Error& e) {
@@ -134,7 +138,12 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
         " tar members for " + std::to_string(expect.size()) + " planned items that did not fail");
     return check_done();
   }
+  // The index's totals, of every line (as read_done sums them): what the .done is held to, also
+  // where a line is out of place below (a partial sum was stated as "the index has").
   int64_t sum_frames = 0, sum_samples = 0;
+  for (const json& ix : index)
+    for (auto [k, sum] : {std::pair{"frames", &sum_frames}, std::pair{"samples", &sum_samples}})
+      if (ix.is_object() && ix.contains(k) && ix[k].is_number_unsigned()) *sum += ix[k].get<int64_t>();
   for (size_t i = 0; i < index.size(); ++i) {
     const Item& it = *expect[i];
     const json& ix = index[i];
@@ -155,8 +164,6 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
       bad(where + ": the tar members, offset or size do not match the index");
       continue;
     }
-    sum_frames += std::max<int64_t>(0, field("frames"));
-    sum_samples += std::max<int64_t>(0, field("samples"));
     Codes c;
     try {
       c = parse_npy_int16(tar.data() + npy.data_offset, size_t(npy.size), where + ".npy");

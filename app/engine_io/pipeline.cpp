@@ -53,6 +53,7 @@ LoadedEngine make_engine(const EngineSpec& spec) {
     case CacheReport::State::Built:
       spdlog::debug("weights prepared into {} ({})", cache.path, cache.why);
       break;
+    case CacheReport::State::Unsettled: spdlog::debug("weights not cached this run: {}", cache.why); break;
     case CacheReport::State::NotWritten:
       spdlog::warn("the prepared-weights cache could not be written ({}); the weights are read each run "
                    "(--no-cache or MIMI_NO_CACHE=1 skips it, MIMI_CACHE_DIR moves it)",

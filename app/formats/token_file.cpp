@@ -346,6 +346,12 @@ nlohmann::json meta_to_json(const TokenMeta& m) {
 }
 
 std::vector<uint8_t> write_tokens(const TokenFile& t, TokenFormat f) {
+  // What no reader takes is never written: read_tokens refuses 0 frames in every format (convert
+  // --recover of a file with no good frame wrote one, exit 0). read_tokens itself returns such a
+  // file's empty prefix, for info to describe.
+  if (t.codes.frames < 1 || t.codes.n_q < 1)
+    throw Error(ErrorKind::Input, (t.damage.empty() ? std::string("no frames") : t.damage) +
+                                      ": no complete frames to write (a token file without frames cannot be read back)");
   switch (f) {
     case TokenFormat::Npy: return write_npy(t);
     case TokenFormat::Text: return write_text(t);

@@ -35,6 +35,7 @@ void check_sane(const Run& r, bool signal_ok = false);
 unsigned test_seed(unsigned fallback = 26);
 
 std::string slurp(const fs::path& p);
+std::vector<std::string> lines_of(const std::string& s);  // split at '\n' (a last line without one too)
 void spit(const fs::path& p, const std::string& bytes);
 std::string lower(std::string s);
 bool contains_ci(const std::string& hay, const std::string& needle);  // case-insensitive
