@@ -169,7 +169,13 @@ void App::check_targets(const std::vector<std::string>& inputs, const std::strin
   if (is_directory_target(out)) {
     std::error_code ec;
     fs::create_directories(out, ec);
-    if (ec && !fs::is_directory(out)) throw sys_error(ec.value(), ErrorKind::Output, out, "cannot create the output directory");
+    if (ec && !fs::is_directory(out)) {
+      // (EEXIST or ENOTDIR: a file stands where the folder, or one above it, would be)
+      if (ec.value() == EEXIST || ec.value() == ENOTDIR)
+        throw Error(ErrorKind::Output, out + ": cannot create the output directory: a file of that name (or of a "
+                                             "folder above it) is there, not a directory");
+      throw sys_error(ec.value(), ErrorKind::Output, out, "cannot create the output directory");
+    }
   }
   set_protected_inputs(inputs);
 }
