@@ -75,10 +75,23 @@ TEST_CASE("weights cache: built once, then mapped; the codes are those without i
   fs::remove_all(c.cache(), ec);
   CHECK(c.box.sh(c.enc("x3.mimi", " --no-cache")).code == 0);
   CHECK(c.box.sh("MIMI_NO_CACHE=1 " + c.enc("x4.mimi")).code == 0);
+  CHECK(c.box.sh("MIMI_NO_CACHE=Yes " + c.enc("x4.mimi")).code == 0);
   CHECK(entries(c.cache()).empty());
   // info and --help never touch the weights
   CHECK(c.box.sh("MIMI_CACHE_DIR=" + c.cache().string() + " mimi info ref.mimi >/dev/null && mimi --help >/dev/null").code == 0);
   CHECK(entries(c.cache()).empty());
+  // a switch, spelled as switches are: off keeps the cache, a value that is neither is exit 2
+  for (const char* keep : {"0", "false", "no", "OFF"}) {
+    CAPTURE(keep);
+    CHECK(c.box.sh(std::string("MIMI_NO_CACHE=") + keep + " " + c.enc("x5.mimi")).code == 0);
+    CHECK(entries(c.cache()).size() == 1);
+  }
+  const Run bad = c.box.sh("MIMI_NO_CACHE=x " + c.enc("x6.mimi"));
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("MIMI_NO_CACHE") != std::string::npos);
+  // a home that is not there gets no cache folder made in it
+  CHECK(c.box.sh("env -u MIMI_CACHE_DIR -u XDG_CACHE_HOME HOME=$PWD/nohome/h mimi encode a.wav -o x7.mimi -f -q --weights w/m.safetensors").code == 0);
+  CHECK(!fs::exists(c.box / "nohome"));
 }
 
 TEST_CASE("weights cache: every identity field of the weights file, and the config, rebuild it") {

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -24,13 +26,24 @@ double now() {
 }  // namespace
 
 std::string weights_cache_dir() {
-  if (const char* off = std::getenv("MIMI_NO_CACHE"); off && *off && std::string(off) != "0") return "";
+  // MIMI_NO_CACHE as a switch: 1/true/yes/on skip the cache, 0/false/no/off (or empty) keep it;
+  // anything else is a mistake said as one ("no" skipped it once: only "0" kept it)
+  if (const char* off = std::getenv("MIMI_NO_CACHE"); off && *off) {
+    std::string v = off;
+    std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    if (v == "1" || v == "true" || v == "yes" || v == "on") return "";
+    if (v != "0" && v != "false" && v != "no" && v != "off")
+      throw Error(ErrorKind::Usage, "MIMI_NO_CACHE='" + std::string(off) + "': give 1 (skip the prepared-weights cache) or 0");
+  }
   std::filesystem::path dir;
+  std::error_code ec;
   if (const char* d = std::getenv("MIMI_CACHE_DIR"); d && *d) dir = d;
   else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x && x[0] == '/') dir = std::filesystem::path(x) / "mimi";
-  else if (const char* h = std::getenv("HOME"); h && *h) dir = std::filesystem::path(h) / ".cache" / "mimi";
-  else return "";
-  std::error_code ec;
+  else if (const char* h = std::getenv("HOME"); h && *h) {
+    // (a home that is not there is no place for a cache: not made, as a whole tree, by mimi)
+    if (!std::filesystem::is_directory(h, ec)) return "";
+    dir = std::filesystem::path(h) / ".cache" / "mimi";
+  } else return "";
   std::filesystem::create_directories(dir, ec);  // (failing: the write fails and says so, once)
   return dir.string();
 }
