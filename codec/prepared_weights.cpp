@@ -152,9 +152,13 @@ std::shared_ptr<const Model> map_prepared(const std::string& path, const SourceI
     return nullptr;
   };
   Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: an entry that is a FIFO (planted in a shared folder, or made by mistake) must not
+  // wait for a writer forever - it is opened at once and refused below as not a regular file;
+  // O_NOFOLLOW: entries are never links (one planted would point this run at another file).
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (f.fd < 0) {
     const int err = errno;
+    if (err == ELOOP) return miss("a symbolic link, not an entry this run wrote");
     if (err == EMFILE || err == ENFILE || err == ENOMEM) throw sys_error(err, ErrorKind::Weights, path, "cannot open");
     return miss(err == ENOENT ? "not built yet" : std::string("cannot open: ") + std::strerror(err));
   }

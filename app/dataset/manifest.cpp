@@ -364,6 +364,10 @@ std::string check_against_header(Item& it, const Header& h, bool& clipped) {
   if (it.channel >= h.channels)
     why.push_back("channel " + std::to_string(it.channel) + ", but the file has " + std::to_string(h.channels) +
                   (h.channels == 1 ? " channel (channel 0)" : " channels (0.." + std::to_string(h.channels - 1) + ")"));
+  // the worker's own rule for a segment's samples (MonoSource): none at this rate is an empty one
+  if (h.rate > 0 && it.end >= 0 && std::llround(it.end * h.rate) - std::llround(it.start * h.rate) < 1)
+    why.push_back("the segment from " + seconds(it.start) + " to " + seconds(it.end) + " holds no sample at " +
+                  std::to_string(h.rate) + " Hz");
   if (h.frames > 0) {
     const double len = double(h.frames) / h.rate;
     if (it.start >= len) {

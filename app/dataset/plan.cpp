@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -208,7 +209,25 @@ void make_plan(const PlanOptions& o) {
                {"options", {{"shards", o.shards}, {"shard_hours", o.shard_hours}}}};
   if (o.skip_bad) plan["skipped_entries"] = problems.size();
   staged.write("plan.json", json_dump(plan, 1) + "\n");  // last: a plan is complete once it exists
+  // One plan at a time into a folder: publishing holds an flock on the folder, and under it a
+  // plan.json made meanwhile by another run is refused as an existing one is (two runs started
+  // together both exited 0, the later renames mixing their shard files).
+  struct DirLock {
+    int fd = -1;
+    ~DirLock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock;
   staged.publish([&] {
+    lock.fd = ::open(o.out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lock.fd < 0) throw sys_error(errno, ErrorKind::Output, o.out, "cannot open");
+    int r;
+    do r = ::flock(lock.fd, LOCK_EX);
+    while (r != 0 && errno == EINTR);
+    if (r != 0) throw sys_error(errno, ErrorKind::Output, o.out, "cannot lock");
+    if (!o.force && fs::exists(plan_json, ec))
+      throw Error(ErrorKind::Output, plan_json + ": made meanwhile by another run; a plan is fixed once made (use "
+                                                 "--force to replace it)");
     // A replaced plan stops being one first: no moment shows its plan.json over new shard files.
     if (::unlink(plan_json.c_str()) != 0 && errno != ENOENT)
       throw sys_error(errno, ErrorKind::Output, plan_json, "cannot remove the old plan");

@@ -80,6 +80,13 @@ size_t records_the_tar_bears_out(const std::vector<JournalEntry>& entries, int f
           m[1].data_offset + (m[1].size + kTarBlock - 1) / kTarBlock * kTarBlock != e.end - e.offset)
         return i;
       if (parse_npy_int16(span.data() + m[0].data_offset, size_t(m[0].size), what).frames != e.frames) return i;
+      // and every count the record carries that the item's own JSON member states (its samples
+      // went into the index and .done unchecked: verify alone saw them, forever)
+      const nlohmann::json rec = nlohmann::json::parse(span.begin() + std::ptrdiff_t(m[1].data_offset),
+                                                       span.begin() + std::ptrdiff_t(m[1].data_offset + m[1].size), nullptr, false);
+      if (!rec.is_object() || rec.value("key", "") != e.key || rec.value("frames", int64_t(-1)) != e.frames ||
+          rec.value("samples", int64_t(-1)) != e.samples)
+        return i;
     } catch (const Error& err) {
       if (err.kind() != ErrorKind::Input) throw;
       return i;

@@ -106,6 +106,9 @@ MonoSource::MonoSource(const std::string& path, int model_rate, const AudioSpan&
                                       std::to_string(span.end) + ") s");
   skip_ = std::llround(span.start * rate);
   if (span.end >= 0) left_ = std::llround(span.end * rate) - skip_;
+  if (span.end >= 0 && left_ < 1)  // (it read nothing and said the segment began past the end)
+    throw Error(ErrorKind::Input, what_ + ": the segment [" + std::to_string(span.start) + ", " + std::to_string(span.end) +
+                                      ") s holds no sample at " + std::to_string(rate) + " Hz");
   if (reader_.frames() > 0 && skip_ >= reader_.frames())
     throw Error(ErrorKind::Input, what_ + ": segment starts at " + std::to_string(span.start) + " s, the file lasts " +
                                       std::to_string(double(reader_.frames()) / rate) + " s");

@@ -175,6 +175,7 @@ int64_t PcmReader::read(std::vector<float>& out, int64_t max_frames, bool wait_f
     if (have >= fb && (!wait_full || want == 0)) break;
     if (want == 0) {  // the data chunk is consumed
       ended_ = true;
+      if (data_left_ == 0) check_after_data();
       break;
     }
     const size_t got = fill(raw_.data() + have, want, wait_full);
@@ -194,6 +195,28 @@ int64_t PcmReader::read(std::vector<float>& out, int64_t max_frames, bool wait_f
   const int bps = layout_.bits / 8;
   for (size_t i = 0; i < out.size(); ++i) out[i] = sample_at(raw_.data() + i * size_t(bps), layout_);
   return int64_t(whole);
+}
+
+// What follows a WAV's data chunk, judged as libsndfile judges it for a file (the same bytes give
+// the same outcome by file and through a pipe: two WAVs concatenated were exit 3 by file, and by
+// pipe the first alone, exit 0): chunks are read to the end, and a second "RIFF"/"RF64" or "data"
+// chunk header is the error; anything else (LIST, id3, a few bytes of junk) is passed over.
+void PcmReader::check_after_data() {
+  uint8_t ch[8];
+  std::vector<uint8_t> skip(1 << 16);
+  for (;;) {
+    if (fill(ch, 8, true) != 8) return;
+    if (std::memcmp(ch, "RIFF", 4) == 0 || std::memcmp(ch, "RF64", 4) == 0 || std::memcmp(ch, "data", 4) == 0)
+      throw Error(ErrorKind::Input, what_ + ": a second '" + std::string(reinterpret_cast<char*>(ch), 4) +
+                                        "' chunk after the WAV's data (files concatenated?)");
+    uint64_t size = uint64_t(ch[4]) | uint64_t(ch[5]) << 8 | uint64_t(ch[6]) << 16 | uint64_t(ch[7]) << 24;
+    size += size & 1;  // chunks are padded to even sizes
+    while (size > 0) {
+      const size_t got = fill(skip.data(), size_t(std::min<uint64_t>(size, skip.size())), true);
+      if (got == 0) return;
+      size -= got;
+    }
+  }
 }
 
 std::string PcmReader::shortfall() const {

@@ -58,6 +58,7 @@ class PcmReader {
 
  private:
   size_t fill(uint8_t* dst, size_t n, bool exact);  // counts (and while recording keeps) what it took
+  void check_after_data();  // the chunks after a consumed data chunk, to the end: refuses a second RIFF/data
   size_t fill_from_source(uint8_t* dst, size_t n, bool exact);
   int fd_;
   std::string what_;

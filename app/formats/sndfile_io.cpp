@@ -93,6 +93,12 @@ SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::strin
   SNDFILE* f = attempt();
   if (!f) {
     why = sf_strerror(nullptr);
+    // libsndfile calls some malformed headers its "Internal error" (a second data chunk: "SF_INFO
+    // struct incomplete"): the file's fault, said as such, not a bug of mimi or libsndfile
+    if (why.rfind("Internal error", 0) == 0) {
+      const size_t colon = why.find(':');
+      why = "malformed audio header (libsndfile: " + (colon == std::string::npos ? why : why.substr(colon + 2)) + ")";
+    }
     if (code) *code = sf_error(nullptr);
   }
   return f;

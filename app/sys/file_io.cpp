@@ -312,6 +312,13 @@ std::string output_path(const std::string& input, const std::string& out, const 
   if (is_directory_target(out)) return (fs::path(out) / (stem + ext)).string();
   if (!out.empty()) return out;
   if (input == "-") return "-";
+  // Beside the input only where inputs are files: /dev/stdin, /dev/fd/63 (a shell's <(...)) or a
+  // device would name an output in /dev (made there by root), not the user's.
+  struct stat st {};
+  const std::string abs = absolute_path(input);
+  if (abs.rfind("/dev/", 0) == 0 || abs.rfind("/proc/", 0) == 0 || (::stat(input.c_str(), &st) == 0 && !S_ISREG(st.st_mode)))
+    throw Error(ErrorKind::Usage, input + " is not a file to write an output beside (a device, a pipe or a "
+                                          "descriptor): give -o OUTPUT, or '-' as the input for stdout");
   return (fs::path(input).parent_path() / (stem + ext)).string();
 }
 
