@@ -21,6 +21,7 @@
 #include "app/dataset/entries.h"
 #include "app/dataset/item_files.h"
 #include "app/dataset/tar.h"
+#include "app/engine_io/pipeline.h"
 #include "app/formats/audio_io.h"
 #include "app/sys/file_io.h"
 #include "app/sys/json_bytes.h"
@@ -365,7 +366,7 @@ std::string check_against_header(Item& it, const Header& h, bool& clipped) {
     why.push_back("channel " + std::to_string(it.channel) + ", but the file has " + std::to_string(h.channels) +
                   (h.channels == 1 ? " channel (channel 0)" : " channels (0.." + std::to_string(h.channels - 1) + ")"));
   // the worker's own rule for a segment's samples (MonoSource): none at this rate is an empty one
-  if (h.rate > 0 && it.end >= 0 && std::llround(it.end * h.rate) - std::llround(it.start * h.rate) < 1)
+  if (h.rate > 0 && it.end >= 0 && span_frames(it.start, it.end, h.rate).take < 1)
     why.push_back("the segment from " + seconds(it.start) + " to " + seconds(it.end) + " holds no sample at " +
                   std::to_string(h.rate) + " Hz");
   if (h.frames > 0) {
@@ -378,7 +379,7 @@ std::string check_against_header(Item& it, const Header& h, bool& clipped) {
                     " past it is read as its end)");
     } else if (it.end < 0 && it.duration > 0) {
       // a duration the manifest gives for the rest of the file: the worker holds the audio to it
-      const int64_t left = h.frames - int64_t(std::llround(it.start * h.rate));
+      const int64_t left = h.frames - span_frames(it.start, -1, h.rate).skip;
       if (!check_encoded_length(it, left, h.rate).empty())
         why.push_back("the manifest gives a duration of " + seconds(it.duration) + ", the file holds " +
                       seconds(double(left) / h.rate) + (it.start > 0 ? " after its start" : ""));

@@ -104,8 +104,9 @@ MonoSource::MonoSource(const std::string& path, int model_rate, const AudioSpan&
   if (span.start < 0 || (span.end >= 0 && span.end <= span.start))
     throw Error(ErrorKind::Input, what_ + ": empty or negative segment [" + std::to_string(span.start) + ", " +
                                       std::to_string(span.end) + ") s");
-  skip_ = std::llround(span.start * rate);
-  if (span.end >= 0) left_ = std::llround(span.end * rate) - skip_;
+  const SpanFrames f = span_frames(span.start, span.end, rate);
+  skip_ = f.skip;
+  if (span.end >= 0) left_ = f.take;
   if (span.end >= 0 && left_ < 1)  // (it read nothing and said the segment began past the end)
     throw Error(ErrorKind::Input, what_ + ": the segment [" + std::to_string(span.start) + ", " + std::to_string(span.end) +
                                       ") s holds no sample at " + std::to_string(rate) + " Hz");

@@ -2,6 +2,8 @@
 // an engine from the command-line options, and an audio file to codes in constant memory.
 #pragma once
 
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +49,18 @@ struct AudioSpan {
   double start = 0, end = -1;
   int channel = -1;
 };
+
+// The source frames a span skips, and takes (-1: to the end), at `rate`: the one rounding of
+// times to samples, for the reader (MonoSource) and for the plan that foresees what it will read.
+struct SpanFrames {
+  int64_t skip = 0, take = -1;
+};
+inline SpanFrames span_frames(double start, double end, int rate) {
+  SpanFrames f;
+  f.skip = std::llround(start * rate);
+  if (end >= 0) f.take = std::llround(end * rate) - f.skip;
+  return f;
+}
 
 // An audio file (or "-") as model-rate mono samples, block by block in constant memory: read,
 // downmixed, resampled - the one path from audio to what the encoder is fed, so every command
