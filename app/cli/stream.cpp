@@ -41,7 +41,6 @@ struct InputFd {  // closes what it opened
 };
 
 uint32_t le32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
-uint64_t le64(const uint8_t* p) { return uint64_t(le32(p)) | uint64_t(le32(p + 4)) << 32; }
 
 PcmLayout parse_raw(const RawFormat& r) {
   PcmLayout l;
@@ -267,12 +266,10 @@ StreamStats stream_decode(Engine& engine, const StreamDecodeOptions& o) {
       if (std::memcmp(tag, "END!", 4) == 0) {
         // The end record, held as the file reader holds it (mimi_container.cpp): whole, its CRC,
         // the frames it counts, and nothing after it (a second .mimi appended was dropped, exit 0).
-        uint8_t end[20];
-        if (read_some(in.fd, end, sizeof end, true, what) != sizeof end) damage = "truncated inside the end record";
-        else if (crc32(end, 16) != le32(end + 16)) damage = "end record CRC mismatch";
-        else if (int64_t(le64(end)) != st.frames)
-          damage = "end record says " + std::to_string(le64(end)) + " frames, chunks hold " + std::to_string(st.frames);
-        else if (uint8_t more; read_some(in.fd, &more, 1, true, what) != 0) damage = "unexpected bytes after the end record";
+        uint8_t end[kMimiEndBody], more;
+        damage = read_some(in.fd, end, sizeof end, true, what) != sizeof end ? "truncated inside the end record"
+                                                                              : mimi_end_record_problem(end, st.frames);
+        if (damage.empty() && read_some(in.fd, &more, 1, true, what) != 0) damage = "unexpected bytes after the end record";
         break;
       }
       if (std::memcmp(tag, "FRMS", 4) != 0 || read_some(in.fd, tag + 4, 4, true, what) != 4) {

@@ -24,6 +24,16 @@ uint64_t get_u64(const uint8_t* p) { return uint64_t(get_u32(p)) | uint64_t(get_
 
 }  // namespace
 
+std::string mimi_end_record_problem(const uint8_t* body, int64_t frames, int64_t* original_samples) {
+  if (crc32(body, 16) != get_u32(body + 16)) return "end record CRC mismatch";
+  const uint64_t total = get_u64(body), orig = get_u64(body + 8);
+  if (int64_t(total) != frames) return "end record says " + std::to_string(total) + " frames, chunks hold " + std::to_string(frames);
+  if (orig != ~uint64_t(0) && orig > kMimiMaxOriginalSamples)
+    return "end record's original sample count " + std::to_string(orig) + " is not plausible";
+  if (original_samples) *original_samples = orig == ~uint64_t(0) ? -1 : int64_t(orig);
+  return "";
+}
+
 uint32_t crc32(const uint8_t* data, size_t n, uint32_t crc) {
   static uint32_t table[256];
   static bool init = [] {
@@ -144,25 +154,13 @@ MimiReadResult read_mimi(const std::vector<uint8_t>& b, const std::string& what)
     }
     const uint8_t* p = b.data() + pos;
     if (std::memcmp(p, kEndTag, 4) == 0) {
-      if (b.size() - pos < 4 + 16 + 4) {
+      if (b.size() - pos < 4 + kMimiEndBody) {
         r.damage = "truncated inside the end record";
         return r;
       }
-      if (crc32(p + 4, 16) != get_u32(p + 20)) {
-        r.damage = "end record CRC mismatch";
-        return r;
-      }
-      const uint64_t total = get_u64(p + 4), orig = get_u64(p + 12);
-      if (int64_t(total) != r.frames) {
-        r.damage = "end record says " + std::to_string(total) + " frames, chunks hold " + std::to_string(r.frames);
-        return r;
-      }
-      if (orig != ~uint64_t(0) && orig > kMimiMaxOriginalSamples) {
-        r.damage = "end record's original sample count " + std::to_string(orig) + " is not plausible";
-        return r;
-      }
-      r.original_samples = orig == ~uint64_t(0) ? -1 : int64_t(orig);
-      if (pos + 24 != b.size()) {
+      r.damage = mimi_end_record_problem(p + 4, r.frames, &r.original_samples);
+      if (!r.damage.empty()) return r;
+      if (pos + 4 + kMimiEndBody != b.size()) {
         r.damage = "unexpected bytes after the end record";
         return r;
       }

@@ -53,6 +53,12 @@ struct MimiReadResult {
   std::string damage;  // empty when complete
 };
 
+// The end record's body (the 20 bytes after its "END!" tag: total frames, original samples, CRC)
+// against the `frames` the chunks held: "" when it holds (and *original_samples set, -1 = not
+// recorded), else what is wrong. The one judgement of an end record, for files and streams.
+constexpr size_t kMimiEndBody = 20;
+std::string mimi_end_record_problem(const uint8_t* body, int64_t frames, int64_t* original_samples = nullptr);
+
 // Throws Error(Input) when even the header is unusable; otherwise returns what it could read
 // (complete == false with `damage` set when a chunk or the end record is bad or missing).
 MimiReadResult read_mimi(const std::vector<uint8_t>& bytes, const std::string& what);
