@@ -174,17 +174,26 @@ std::string journal_mismatch(const std::string& journal, const json& begin, cons
 }
 
 std::vector<json> read_json_lines(const std::string& path) {
-  std::vector<json> out;
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(ErrorKind::Input, path + ": cannot open");
+  const std::vector<uint8_t> text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  return parse_json_lines(text, path);
+}
+
+std::vector<json> parse_json_lines(const std::vector<uint8_t>& text, const std::string& path) {
+  std::vector<json> out;
   size_t n = 0;
-  for (std::string line; std::getline(f, line);) {
+  // lines as getline gives them: split at '\n', a last line without one included
+  for (size_t pos = 0; pos < text.size();) {
+    size_t nl = pos;
+    while (nl < text.size() && text[nl] != '\n') ++nl;
     ++n;
     try {
-      out.push_back(json::parse(line));
+      out.push_back(json::parse(text.begin() + std::ptrdiff_t(pos), text.begin() + std::ptrdiff_t(nl)));
     } catch (const std::exception& e) {
       throw Error(ErrorKind::Input, path + ":" + std::to_string(n) + ": not JSON: " + e.what());
     }
+    pos = nl + 1;
   }
   return out;
 }

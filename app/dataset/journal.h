@@ -52,8 +52,10 @@ std::string journal_mismatch(const std::string& journal, const nlohmann::json& b
 // Whether any shard of OUT/ holds a recorded item (or error, or seal): until one does, the output
 // is bound to no settings (its dataset.json, if a failed first run left one, is replaced).
 bool output_holds_records(const std::string& out);
-// The entries of a finished shard's index / errors files.
+// The entries of a finished shard's index / errors files; parse_json_lines: of such a file's text
+// already read (`path` names it in errors), so a reader that also hashes it reads it once.
 std::vector<nlohmann::json> read_json_lines(const std::string& path);
+std::vector<nlohmann::json> parse_json_lines(const std::vector<uint8_t>& text, const std::string& path);
 // Parts of journal_mismatch, for the writer resuming a journal: whether a "begin" line agrees with
 // a header, whether a journal's text holds a complete line after its "begin" line (ending at
 // `from`), and the refusal of a journal that holds work of other settings (naming them; exit 4

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 #include <fstream>
 #include <map>
 #include <set>
@@ -88,12 +89,13 @@ void verify_shard(const Plan& plan, int shard, const ShardPaths& p, const json& 
   }
   std::vector<json> index, errors;
   try {
-    for (const auto& [file, digest] : {std::pair{&p.index, &facts.index_sha256}, std::pair{&p.errors, &facts.errors_sha256}}) {
+    // each read once: its digest (against the .done) and its lines are of the same bytes
+    for (const auto& [file, digest, lines] : {std::tuple{&p.index, &facts.index_sha256, &index},
+                                              std::tuple{&p.errors, &facts.errors_sha256, &errors}}) {
       const std::vector<uint8_t> text = read_input(*file);
       *digest = sha256_hex(text.data(), text.size());
+      *lines = parse_json_lines(text, *file);
     }
-    index = read_json_lines(p.index);
-    errors = read_json_lines(p.errors);
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::Environment) throw;
     bad(e.what());
