@@ -23,6 +23,12 @@ check app/sys app/formats/ app/engine_io/ app/dataset/ app/cli/
 check app/formats app/engine_io/ app/dataset/ app/cli/
 check app/engine_io app/dataset/ app/cli/
 check app/dataset app/cli/
+# the Python module (python/src) sits beside the commands: on engine I/O and below, never on them;
+# nothing of the CLI's layers includes it
+check python app/dataset/ app/cli/
+check app python/
+check codec python/
+check kernels python/
 # every app source lives in a layer folder (main.cpp alone at the top)
 if stray=$(find app -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' \) ! -name main.cpp | sort) && [ -n "$stray" ]; then
   echo "layers: files outside the layer folders of app/:"

@@ -4,6 +4,8 @@
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libcli11-dev libsndfile1-dev libsoxr-dev
           libspdlog-dev nlohmann-json3-dev doctest-dev clang libclang-rt-14-dev
+          # the Python module (pip install .: python/README.md)
+          python3-dev python3-venv
           # test-only: the dataset mode's engine tests (tests/dataset/: GNU parallel, a one-node Slurm)
           parallel slurm-wlm munge)
 missing=()

@@ -7,12 +7,13 @@
 #      graphs), kernel sweeps, golden tiny/tiny-window and full on its short cases, streaming and
 #      the CLI on --device cuda; then the kernel tests again under ThreadSanitizer (test-tsan.sh)
 #   4. fuzz smoke: every libFuzzer target (tests/fuzz/) for 20 s from its seeds
-#   5. the main build (a CUDA build where nvcc is found: then also packed as the GPU bundle and run
+#   5. the Python module: `pip install .` into build/pyenv and its pytest suite (scripts/test-python.sh)
+#   6. the main build (a CUDA build where nvcc is found: then also packed as the GPU bundle and run
 #      through the bundle's loader, tests/bundle_test.sh) and its whole ctest suite (kernels,
 #      weights, engine, golden parity for tiny / tiny-window / full in both weight dialects,
 #      streaming, CLI, bad-input catalogue) - last, so its ctest summary is the last test-runner
 #      summary before the closing line.
-# MIMI_TEST_QUICK=1 runs only step 5. Extra arguments go to the main ctest.
+# MIMI_TEST_QUICK=1 runs only steps 5 and 6. Extra arguments go to the main ctest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib-suite.sh
@@ -56,6 +57,8 @@ if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
     record "GPU bundle" 0 0 1
   fi
 fi
+# The Python module (pip install ., tests/python against the main build's CLI).
+[ $main_built = 1 ] && bash scripts/test-python.sh
 [ $main_built = 1 ] && suite main build --output-on-failure -j "${MIMI_TEST_JOBS:-1}" "$@"
 
 closing_line

@@ -1,0 +1,213 @@
+"""mimi.Codec and read_tokens: the Python face of mimi._mimi (python/src/)."""
+
+import json
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _mimi
+from ._errors import UsageError
+
+# libsndfile's scale for integer PCM read as float (what `mimi encode` of a WAV of those samples
+# sees): x / 2^(bits - 1); unsigned 8-bit is offset by 128 first.
+_INT_SCALE = {np.dtype(np.int8): 2.0**-7, np.dtype(np.int16): 2.0**-15, np.dtype(np.int32): 2.0**-31}
+
+
+def _path(p):
+    """A path as the bytes the OS uses (file names are bytes: never assumed UTF-8)."""
+    try:
+        return os.fsencode(os.fspath(p))
+    except TypeError:
+        raise UsageError(f"a path must be str, bytes or os.PathLike, not {type(p).__name__}") from None
+
+
+def _as_array(x, what):
+    """numpy view or copy of an array-like: numpy arrays, anything with __array__ or the array
+    interface (torch CPU tensors), or DLPack. Never modifies x."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__array__") or hasattr(x, "__array_interface__"):
+        try:
+            return np.asarray(x)
+        except Exception as e:  # e.g. a CUDA tensor: numpy cannot see it
+            if not hasattr(x, "__dlpack__"):
+                raise UsageError(f"{what}: cannot be read as an array ({e})") from None
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except Exception as e:
+            raise UsageError(f"{what}: cannot be read through DLPack on the CPU ({e}); move it to the CPU first") from None
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x)
+    raise UsageError(f"{what}: expected an array (numpy, torch CPU tensor, DLPack), not {type(x).__name__}")
+
+
+def _audio_float32(a, what):
+    """Samples as float32 in the scale a float WAV holds (integers scaled as libsndfile does)."""
+    if a.dtype == np.float32:
+        return a
+    if a.dtype in (np.float64, np.float16):
+        return a.astype(np.float32)
+    if a.dtype in _INT_SCALE:
+        return (a.astype(np.float64) * _INT_SCALE[a.dtype]).astype(np.float32)
+    if a.dtype == np.uint8:
+        return ((a.astype(np.float64) - 128.0) * 2.0**-7).astype(np.float32)
+    raise UsageError(f"{what}: samples of dtype {a.dtype} (use float32, float64, float16, int8, uint8, int16 or int32)")
+
+
+def _codes_int64(c, what):
+    c = _as_array(c, what)
+    if c.dtype.kind not in "iu":
+        raise UsageError(f"{what}: codes must be integers, not {c.dtype}")
+    if c.dtype.kind == "u" and c.dtype.itemsize == 8 and c.size and c.max() > np.iinfo(np.int64).max:
+        raise UsageError(f"{what}: a code does not fit int64")
+    return np.ascontiguousarray(c, dtype=np.int64)
+
+
+class Tokens(NamedTuple):
+    """A token file's codes [n_q, frames] (int64) and its metadata (dict: sample_rate,
+    frame_rate, original_samples, weights_fingerprint... as `mimi info` shows them)."""
+
+    codes: np.ndarray
+    meta: dict
+
+
+def read_tokens(path) -> Tokens:
+    """Reads a token file in any format `mimi encode` writes (.mimi, .npy, .safetensors, text),
+    with the CLI's checks: a damaged file raises mimi.InputError."""
+    codes, meta = _mimi.read_tokens(_path(path))
+    return Tokens(codes, json.loads(meta))
+
+
+class Codec:
+    """A loaded Mimi model on a device.
+
+    weights: a model.safetensors file (or a folder holding one); None: $MIMI_WEIGHTS, then the
+    Hugging Face cache (kyutai/mimi), as the CLI finds them. n_q: codebooks to encode with
+    (1..32). device: "cpu", or "cuda[:i]" / "hip[:i]" in a GPU build. threads: CPU threads (0:
+    all this process may use; the kernels' thread count is one per process). cache: use the
+    prepared-weights cache as the CLI does.
+
+    Thread safety: calls on one Codec from several Python threads run one at a time (the GIL is
+    released while they compute); for parallel work use one Codec per thread or per process.
+    After os.fork() (datasets.map(num_proc=N), DataLoader workers) the child computes on one
+    thread.
+    """
+
+    def __init__(self, weights=None, n_q=8, device="cpu", threads=0, cache=True):
+        if not isinstance(n_q, (int, np.integer)) or isinstance(n_q, bool):
+            raise UsageError(f"n_q must be an integer, not {type(n_q).__name__}")
+        if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 0:
+            raise UsageError(f"threads must be an integer >= 0, not {threads!r}")
+        if not isinstance(device, str):
+            raise UsageError(f"device must be a string such as 'cpu' or 'cuda:0', not {type(device).__name__}")
+        if _mimi._forked_child():
+            threads = 1
+        self._c = _mimi._Codec(b"" if weights is None else _path(weights), device, int(threads), not cache)
+        if not 1 <= n_q <= self._c.max_n_q:
+            raise UsageError(f"n_q must be in 1..{self._c.max_n_q}, not {n_q}")
+        self.n_q = int(n_q)
+
+    # --- properties -------------------------------------------------------------------------
+    sample_rate = property(lambda self: self._c.sample_rate, doc="the model's sample rate (24000)")
+    frame_rate = property(lambda self: self._c.frame_rate, doc="frames per second (12.5)")
+    frame_size = property(lambda self: self._c.frame_size, doc="samples per frame (1920)")
+    max_n_q = property(lambda self: self._c.max_n_q, doc="codebooks the model has (32)")
+    bins = property(lambda self: self._c.bins, doc="entries per codebook (2048)")
+    fingerprint = property(lambda self: self._c.fingerprint, doc="the weights' fingerprint, as token files record it")
+    device = property(lambda self: self._c.device, doc="where it computes")
+    weights_path = property(lambda self: os.fsdecode(self._c.weights_path), doc="the weights file in use")
+
+    def __repr__(self):
+        return f"mimi.Codec(weights={self.weights_path!r}, n_q={self.n_q}, device={self.device!r})"
+
+    def _n_q(self, n_q):
+        if n_q is None:
+            return self.n_q
+        if not isinstance(n_q, (int, np.integer)) or isinstance(n_q, bool):
+            raise UsageError(f"n_q must be an integer, not {type(n_q).__name__}")
+        return int(n_q)
+
+    # --- arrays -----------------------------------------------------------------------------
+    def encode(self, audio, sample_rate=24000, n_q=None):
+        """Audio [samples], [channels, samples] or [batch, channels, samples] -> codes [n_q,
+        frames] (int64), or [batch, n_q, frames]. Channels are averaged and the audio resampled
+        to 24 kHz with soxr, exactly as `mimi encode` treats a file of those samples."""
+        n_q = self._n_q(n_q)
+        if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
+            raise UsageError(f"sample_rate must be an integer number of Hz, not {sample_rate!r}")
+        a = _as_array(audio, "audio")
+        if a.ndim == 1:
+            a = a[None, :]
+        if a.ndim == 3:
+            out = [self._encode_one(a[i], int(sample_rate), n_q, f"audio[{i}]")[0] for i in range(a.shape[0])]
+            if not out:
+                raise UsageError("audio: an empty batch")
+            return np.stack(out)
+        if a.ndim != 2:
+            raise UsageError(f"audio: expected [samples], [channels, samples] or [batch, channels, samples], not shape {a.shape}")
+        return self._encode_one(a, int(sample_rate), n_q, "audio")[0]
+
+    def _encode_one(self, a, rate, n_q, what):
+        if a.shape[0] == 0:
+            raise UsageError(f"{what}: no channels (shape {a.shape}; audio is [channels, samples])")
+        if a.shape[1] == 0:
+            raise UsageError(f"{what}: no samples")
+        pcm = np.ascontiguousarray(_audio_float32(a, what).T)  # [samples, channels]: interleaved
+        return self._c.encode_pcm(pcm, rate, n_q, what)
+
+    def encode_batch(self, audios, sample_rate=24000, n_q=None):
+        """A list of audio arrays (ragged lengths, each [samples] or [channels, samples]) -> a
+        list of codes, each exactly what encode() gives that item alone."""
+        return [self.encode(a, sample_rate, n_q) for a in audios]
+
+    def decode(self, codes, length=None, n_q=None):
+        """Codes [n_q, frames] (or [batch, n_q, frames]) -> float32 audio [1, samples] at 24 kHz
+        (or [batch, 1, samples]): frames x 1920 samples, or the first `length` of them."""
+        c = _codes_int64(codes, "codes")
+        if c.ndim == 3:
+            if c.shape[0] == 0:
+                raise UsageError("codes: an empty batch")
+            return np.stack([self.decode(c[i], length, n_q) for i in range(c.shape[0])])
+        if c.ndim != 2:
+            raise UsageError(f"codes: expected [n_q, frames] or [batch, n_q, frames], not shape {c.shape}")
+        y = self._c.decode_codes(c, 0 if n_q is None else self._n_q(n_q))
+        if length is not None:
+            if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or not 0 < length <= y.shape[0]:
+                raise UsageError(f"length must be an integer in 1..{y.shape[0]} for {c.shape[1]} frames, not {length!r}")
+            y = y[: int(length)]
+        return y[None, :]
+
+    # --- files (the CLI's own readers and writers) ------------------------------------------
+    def encode_file(self, path, n_q=None):
+        """An audio file (anything `mimi encode` reads) -> codes [n_q, frames], bit-identical to
+        `mimi encode FILE`."""
+        codes, _samples, _rate, _channels = self._c.encode_file(_path(path), self._n_q(n_q))
+        return codes
+
+    def decode_file(self, codes_or_path, out_path, n_q=None, length=None, force=False, sample_format="s16",
+                    sample_rate=None):
+        """A token file (path) or codes [n_q, frames] -> an audio file (WAV, FLAC or OGG by the
+        extension), written as `mimi decode` writes it (atomically; an existing file only with
+        force). A token file is trimmed to the length it records, codes to `length` samples (the
+        length of the audio they were encoded from, as a token file records it).
+        Returns the number of samples written."""
+        fmt = str(sample_format)
+        rate = "" if sample_rate is None else str(sample_rate)
+        nq = 0 if n_q is None else self._n_q(n_q)
+        if isinstance(codes_or_path, (str, bytes, os.PathLike)):
+            if length is not None:
+                raise UsageError("length applies to codes; a token file is trimmed to the length it records")
+            return self._c.decode_file(_path(codes_or_path), _path(out_path), nq, bool(force), fmt, rate)
+        c = _codes_int64(codes_or_path, "codes")
+        if c.ndim != 2:
+            raise UsageError(f"codes: expected [n_q, frames], not shape {c.shape}")
+        if length is not None:
+            frames, fs = c.shape[1], self.frame_size
+            if (not isinstance(length, (int, np.integer)) or isinstance(length, bool) or
+                    not (frames - 1) * fs < length <= frames * fs):
+                raise UsageError(f"length: the samples the codes were encoded from, {(frames - 1) * fs + 1}.."
+                                 f"{frames * fs} for {frames} frames (as a token file records it), not {length!r}")
+        return self._c.decode_codes_to_file(c, -1 if length is None else int(length), _path(out_path), nq, bool(force),
+                                            fmt, rate)
