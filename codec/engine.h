@@ -72,6 +72,8 @@ class Engine {
   Engine(std::shared_ptr<const Model> model, EngineOptions opts = {});
 
   const Model& model() const { return *model_; }
+  // The model itself, to give another engine (a stream of its own: its plans, its state).
+  std::shared_ptr<const Model> shared_model() const { return model_; }
   const Config& config() const { return model_->cfg; }
   const Device& device() const { return opts_.device; }
   const EngineOptions& options() const { return opts_; }

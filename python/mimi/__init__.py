@@ -11,8 +11,8 @@ See python/README.md for the whole API.
 
 from ._errors import (DeviceError, Error, InputError, InternalError, OutputError, ResourceError, UsageError,
                       WeightsError)
-from ._codec import Codec, Tokens, read_tokens
+from ._codec import Codec, StreamDecoder, StreamEncoder, Tokens, read_tokens
 from ._mimi import __version__
 
-__all__ = ["Codec", "Tokens", "read_tokens", "Error", "UsageError", "InputError", "WeightsError", "OutputError",
+__all__ = ["Codec", "StreamEncoder", "StreamDecoder", "Tokens", "read_tokens", "Error", "UsageError", "InputError", "WeightsError", "OutputError",
            "DeviceError", "InternalError", "ResourceError", "__version__"]

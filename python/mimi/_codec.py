@@ -179,6 +179,21 @@ class Codec:
             y = y[: int(length)]
         return y[None, :]
 
+    # --- streams ----------------------------------------------------------------------------
+    def stream_encoder(self, sample_rate=24000, n_q=None):
+        """A StreamEncoder: feed(audio) returns the codes of the frames completed so far,
+        flush() those of the last, zero-padded frame. The codes of a whole stream are exactly
+        encode()'s of the same samples."""
+        if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
+            raise UsageError(f"sample_rate must be an integer number of Hz, not {sample_rate!r}")
+        return StreamEncoder(_mimi._StreamEncoder(self._c, int(sample_rate), self._n_q(n_q)), self._c.max_n_q)
+
+    def stream_decoder(self, n_q=None):
+        """A StreamDecoder: feed(codes [n_q, frames]) returns their audio [1, frames * 1920],
+        frame by frame as `mimi decode --stream` (equal to decode()'s within float rounding:
+        the offline decoder runs in longer chunks)."""
+        return StreamDecoder(_mimi._StreamDecoder(self._c, 0 if n_q is None else self._n_q(n_q)))
+
     # --- files (the CLI's own readers and writers) ------------------------------------------
     def encode_file(self, path, n_q=None):
         """An audio file (anything `mimi encode` reads) -> codes [n_q, frames], bit-identical to
@@ -211,3 +226,49 @@ class Codec:
                                  f"{frames * fs} for {frames} frames (as a token file records it), not {length!r}")
         return self._c.decode_codes_to_file(c, -1 if length is None else int(length), _path(out_path), nq, bool(force),
                                             fmt, rate)
+
+
+class StreamEncoder:
+    """Audio in pieces of any size -> codes as frames complete (Codec.stream_encoder)."""
+
+    def __init__(self, s, max_n_q):
+        self._s = s
+
+    def feed(self, audio):
+        """audio [samples] or [channels, samples] -> int64 codes [n_q, frames completed now]."""
+        a = _as_array(audio, "audio")
+        if a.ndim == 1:
+            a = a[None, :]
+        if a.ndim != 2 or a.shape[0] == 0:
+            raise UsageError(f"audio: expected [samples] or [channels, samples], not shape {a.shape}")
+        return self._s.feed(np.ascontiguousarray(_audio_float32(a, "audio").T), False)
+
+    def flush(self):
+        """The codes of the last partial frame (zero-padded); the stream then starts anew."""
+        out = self._s.feed(np.zeros((0, 1), np.float32), True)
+        self._s.reset()
+        return out
+
+    def reset(self):
+        """Forget the stream: the next feed starts a new signal."""
+        self._s.reset()
+
+
+class StreamDecoder:
+    """Codes in pieces -> audio (Codec.stream_decoder)."""
+
+    def __init__(self, s):
+        self._s = s
+
+    def feed(self, codes):
+        """codes [n_q, frames] -> float32 audio [1, frames * 1920]."""
+        c = _codes_int64(codes, "codes")
+        if c.ndim == 1:
+            c = c[:, None]  # one frame
+        if c.ndim != 2:
+            raise UsageError(f"codes: expected [n_q, frames] or one frame [n_q], not shape {c.shape}")
+        return self._s.feed(c)[None, :]
+
+    def reset(self):
+        """Forget the stream: the next feed starts new codes."""
+        self._s.reset()

@@ -300,3 +300,35 @@ def test_errors_are_the_clis(tmp_path, cli):
         mimi.Codec(weights(), device="cuda:7")
     with pytest.raises(mimi.UsageError):
         mimi.Codec(weights(), device="tpu")
+
+
+# --- streams -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rate", [24000, 16000])
+def test_stream_encoder_equals_offline(codec, rate):
+    x = _speechlike(3.3, rate, channels=2)
+    want = codec.encode(x, sample_rate=rate)
+    rng = np.random.default_rng(3)
+    for _ in range(2):  # twice: flush() starts the stream anew
+        enc = codec.stream_encoder(sample_rate=rate)
+        cuts = np.sort(rng.integers(0, x.shape[1], 12))
+        parts = [enc.feed(p) for p in np.split(x, cuts, axis=1)] + [enc.flush()]
+        assert all(p.shape[0] == 8 for p in parts)
+        assert np.array_equal(np.concatenate(parts, axis=1), want)
+    enc.feed(x[:, :5000])
+    enc.reset()
+    assert np.array_equal(np.concatenate([enc.feed(x), enc.flush()], axis=1), want)
+
+
+def test_stream_decoder(codec):
+    codes = codec.encode(_speechlike(2.0, 24000))
+    want = codec.decode(codes)
+    dec = codec.stream_decoder()
+    parts = [dec.feed(codes[:, :3]), dec.feed(codes[:, 3]), dec.feed(codes[:, 4:])]
+    y = np.concatenate(parts, axis=1)
+    assert y.shape == want.shape
+    assert np.abs(y - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
+    dec.reset()
+    assert np.array_equal(np.concatenate([dec.feed(codes[:, :3]), dec.feed(codes[:, 3:])], axis=1), y)
+    with pytest.raises(mimi.InputError):
+        dec.feed(np.full((8, 1), 64))

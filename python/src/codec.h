@@ -1,0 +1,138 @@
+// _Codec: one loaded engine (weights, device, cached plans) behind a mutex. Every compute call
+// releases the GIL first and then takes the mutex, so Python threads sharing one codec run one at
+// a time and never deadlock; threads that want to compute at once use one codec each.
+#pragma once
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "app/engine_io/decode_output.h"
+#include "app/engine_io/pipeline.h"
+#include "app/formats/audio_io.h"
+#include "codec/error.h"
+#include "python/src/arrays.h"
+#include "python/src/bind.h"
+
+namespace mimi::py {
+
+inline std::string bytes_str(const nb::bytes& b) { return std::string(b.c_str(), b.size()); }
+
+class Codec {
+ public:
+  Codec(const nb::bytes& weights, const std::string& device, int threads, bool no_cache) {
+    app::EngineSpec spec;
+    spec.weights = bytes_str(weights);
+    spec.device = device;
+    spec.threads = threads;
+    spec.no_cache = no_cache;
+    nb::gil_scoped_release g;
+    le_ = app::make_engine(spec);
+  }
+  Engine& eng() { return *le_.engine; }
+  const Config& cfg() const { return le_.engine->config(); }
+
+  // pcm [frames, channels] interleaved at `rate`: downmixed and resampled exactly as a file of
+  // those samples is (blocks of 64 Ki source frames, app::MonoSource), then encoded.
+  std::tuple<nb::ndarray<nb::numpy, int64_t>, int64_t> encode_pcm(
+      const nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>& pcm, int rate, int n_q,
+      const std::string& what) {
+    const int64_t T = int64_t(pcm.shape(0)), C = int64_t(pcm.shape(1));
+    if (rate < 1) throw Error(ErrorKind::Usage, "sample_rate must be a positive number of Hz, not " + std::to_string(rate));
+    if (C < 1) throw Error(ErrorKind::Input, what + ": no channels");
+    Codes codes;
+    int64_t samples = 0;
+    {
+      nb::gil_scoped_release g;
+      std::lock_guard<std::mutex> lock(mu_);
+      const int model_rate = cfg().sample_rate;
+      app::StreamResampler rs(rate, model_rate);
+      std::vector<float> mono, out;
+      constexpr int64_t kBlock = int64_t(1) << 16;
+      for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
+        const int64_t n = std::min(kBlock, T - f0);
+        mono.resize(size_t(n));
+        app::downmix(pcm.data() + f0 * C, n, int(C), -1, mono.data(), f0, rate, what);
+        rs.process(mono.data(), size_t(n), out);
+      }
+      rs.process(nullptr, 0, out);
+      if (out.empty()) throw Error(ErrorKind::Input, what + ": no samples");
+      samples = int64_t(out.size());
+      codes = eng().encode(out.data(), samples, n_q);
+    }
+    return {codes_to_numpy(codes), samples};
+  }
+
+  // Model-rate samples, frames * frame_size of them (the caller trims).
+  nb::ndarray<nb::numpy, float> decode_codes(const CodesIn& in, int n_q) {
+    Codes codes = codes_from_numpy(in);
+    std::vector<float> y;
+    {
+      nb::gil_scoped_release g;
+      std::lock_guard<std::mutex> lock(mu_);
+      eng().check_codes(codes, n_q < 1 ? codes.n_q : n_q);
+      y = eng().decode(codes, n_q < 1 ? codes.n_q : n_q);
+    }
+    const size_t n = y.size();
+    return to_numpy(std::move(y), {n});
+  }
+
+  // The CLI's own reader: the same codes as `mimi encode FILE` (app::encode_audio).
+  std::tuple<nb::ndarray<nb::numpy, int64_t>, int64_t, int, int> encode_file(const nb::bytes& path, int n_q) {
+    const std::string p = bytes_str(path);
+    app::EncodedAudio a;
+    {
+      nb::gil_scoped_release g;
+      std::lock_guard<std::mutex> lock(mu_);
+      a = app::encode_audio(eng(), p, n_q, -1, true);
+    }
+    return {codes_to_numpy(a.codes), a.samples, a.source_rate, a.source_channels};
+  }
+
+  // A token file (path) or codes (with the model-rate length to trim to, -1: none) -> an audio
+  // file through the CLI's writer (format by extension, 24 kHz s16 by default), as `mimi decode`.
+  int64_t decode_to(app::TokenFile t, int n_q, const std::string& out, bool force, const std::string& sample_format,
+                    const std::string& sample_rate, const std::string& what) {
+    app::AudioOutSpec spec;
+    spec.format = sample_format == "s24" ? app::SampleFormat::S24
+                  : sample_format == "f32" ? app::SampleFormat::F32
+                  : sample_format == "s16" ? app::SampleFormat::S16
+                  : throw Error(ErrorKind::Usage, "sample_format: s16, s24 or f32, not " + sample_format);
+    spec.sample_rate = sample_rate;
+    nb::gil_scoped_release g;
+    std::lock_guard<std::mutex> lock(mu_);
+    const int use = app::check_tokens(eng(), t, std::max(n_q, 0), 0, false, what);
+    return app::decode_to_file(eng(), t, use, spec, out, force, what, true).samples;
+  }
+
+  int64_t decode_file(const nb::bytes& src, const nb::bytes& out, int n_q, bool force, const std::string& fmt,
+                      const std::string& rate) {
+    const std::string s = bytes_str(src);
+    app::TokenFile t;
+    {
+      nb::gil_scoped_release g;
+      t = app::read_token_input(s, false);
+    }
+    return decode_to(std::move(t), n_q, bytes_str(out), force, fmt, rate, s);
+  }
+
+  int64_t decode_codes_to_file(const CodesIn& in, int64_t length, const nb::bytes& out, int n_q, bool force,
+                               const std::string& fmt, const std::string& rate) {
+    app::TokenFile t;
+    t.codes = codes_from_numpy(in);
+    t.meta.sample_rate = cfg().sample_rate;
+    t.meta.frame_rate = cfg().frame_rate;
+    t.meta.codebook_size = cfg().bins;
+    if (length >= 0) t.meta.original_samples = length;
+    return decode_to(std::move(t), n_q, bytes_str(out), force, fmt, rate, "codes");
+  }
+
+  app::LoadedEngine le_;
+  std::mutex mu_;
+};
+
+}  // namespace mimi::py
