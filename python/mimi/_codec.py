@@ -157,10 +157,29 @@ class Codec:
         pcm = np.ascontiguousarray(_audio_float32(a, what).T)  # [samples, channels]: interleaved
         return self._c.encode_pcm(pcm, rate, n_q, what)
 
-    def encode_batch(self, audios, sample_rate=24000, n_q=None):
+    def encode_batch(self, audios, sample_rate=24000, n_q=None, slots=8):
         """A list of audio arrays (ragged lengths, each [samples] or [channels, samples]) -> a
-        list of codes, each exactly what encode() gives that item alone."""
-        return [self.encode(a, sample_rate, n_q) for a in audios]
+        list of codes, encoded `slots` at a time in the slots of one batched plan (as `mimi
+        encode --batch`); each is exactly what encode() gives that item alone."""
+        n_q = self._n_q(n_q)
+        if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
+            raise UsageError(f"sample_rate must be an integer number of Hz, not {sample_rate!r}")
+        if not isinstance(slots, (int, np.integer)) or isinstance(slots, bool) or slots < 1:
+            raise UsageError(f"slots must be an integer >= 1, not {slots!r}")
+        pcm = []
+        for i, x in enumerate(audios):
+            what = f"audio[{i}]"
+            a = _as_array(x, what)
+            if a.ndim == 1:
+                a = a[None, :]
+            if a.ndim != 2:
+                raise UsageError(f"{what}: expected [samples] or [channels, samples], not shape {a.shape}")
+            if a.shape[0] == 0 or a.shape[1] == 0:
+                raise UsageError(f"{what}: no {'channels' if a.shape[0] == 0 else 'samples'}")
+            pcm.append(np.ascontiguousarray(_audio_float32(a, what).T))
+        if not pcm:
+            return []
+        return self._c.encode_batch(pcm, int(sample_rate), n_q, int(slots))
 
     def decode(self, codes, length=None, n_q=None):
         """Codes [n_q, frames] (or [batch, n_q, frames]) -> float32 audio [1, samples] at 24 kHz

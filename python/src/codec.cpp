@@ -8,6 +8,7 @@ void bind_codec(nb::module_& m) {
       .def(nb::init<const nb::bytes&, const std::string&, int, bool>(), nb::arg("weights"), nb::arg("device"),
            nb::arg("threads"), nb::arg("no_cache"))
       .def("encode_pcm", &Codec::encode_pcm, nb::arg("pcm"), nb::arg("rate"), nb::arg("n_q"), nb::arg("what"))
+      .def("encode_batch", &Codec::encode_batch, nb::arg("items"), nb::arg("rate"), nb::arg("n_q"), nb::arg("slots"))
       .def("decode_codes", &Codec::decode_codes, nb::arg("codes"), nb::arg("n_q"))
       .def("encode_file", &Codec::encode_file, nb::arg("path"), nb::arg("n_q"))
       .def("decode_file", &Codec::decode_file, nb::arg("src"), nb::arg("out"), nb::arg("n_q"), nb::arg("force"),

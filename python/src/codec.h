@@ -6,6 +6,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "app/engine_io/decode_output.h"
 #include "app/engine_io/pipeline.h"
 #include "app/formats/audio_io.h"
+#include "codec/batch.h"
 #include "codec/error.h"
 #include "python/src/arrays.h"
 #include "python/src/bind.h"
@@ -36,6 +38,60 @@ class Codec {
   Engine& eng() { return *le_.engine; }
   const Config& cfg() const { return le_.engine->config(); }
 
+  // pcm [frames, channels] interleaved at `rate` -> model-rate mono, downmixed and resampled
+  // exactly as a file of those samples is (blocks of 64 Ki source frames, app::MonoSource).
+  std::vector<float> model_rate_mono(const float* pcm, int64_t T, int64_t C, int rate, const std::string& what) {
+    app::StreamResampler rs(rate, cfg().sample_rate);
+    std::vector<float> mono, out;
+    constexpr int64_t kBlock = int64_t(1) << 16;
+    for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
+      const int64_t n = std::min(kBlock, T - f0);
+      mono.resize(size_t(n));
+      app::downmix(pcm + f0 * C, n, int(C), -1, mono.data(), f0, rate, what);
+      rs.process(mono.data(), size_t(n), out);
+    }
+    rs.process(nullptr, 0, out);
+    if (out.empty()) throw Error(ErrorKind::Input, what + ": no samples");
+    return out;
+  }
+
+  // Items [frames, channels] through the slots of one batched plan (codec/batch.h): each item's
+  // codes are exactly those encode_pcm gives it alone.
+  using PcmIn = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+  nb::list encode_batch(const std::vector<PcmIn>& items, int rate, int n_q, int slots) {
+    if (rate < 1) throw Error(ErrorKind::Usage, "sample_rate must be a positive number of Hz, not " + std::to_string(rate));
+    if (slots < 1) throw Error(ErrorKind::Usage, "slots must be >= 1, not " + std::to_string(slots));
+    std::vector<Codes> out(items.size());
+    {
+      nb::gil_scoped_release g;
+      std::lock_guard<std::mutex> lock(mu_);
+      std::vector<std::vector<float>> mono(items.size());
+      for (size_t i = 0; i < items.size(); ++i)
+        mono[i] = model_rate_mono(items[i].data(), int64_t(items[i].shape(0)), int64_t(items[i].shape(1)), rate,
+                                  "audio[" + std::to_string(i) + "]");
+      size_t next = 0;
+      std::vector<int64_t> pos(items.size(), 0);
+      mimi::encode_batch(
+          eng(), n_q, std::min<int>(slots, int(std::max<size_t>(items.size(), 1))),
+          [&](PcmItem& item) {
+            if (next == items.size()) return false;
+            const size_t i = next++;
+            item.id = i;
+            item.read = [&, i](float* dst, int64_t n) {
+              const int64_t k = std::min<int64_t>(n, int64_t(mono[i].size()) - pos[i]);
+              std::copy_n(mono[i].data() + pos[i], k, dst);
+              pos[i] += k;
+              return k;
+            };
+            return true;
+          },
+          [&](const PcmItem& item, Codes&& c) { out[item.id] = std::move(c); });
+    }
+    nb::list r;
+    for (const Codes& c : out) r.append(codes_to_numpy(c));
+    return r;
+  }
+
   // pcm [frames, channels] interleaved at `rate`: downmixed and resampled exactly as a file of
   // those samples is (blocks of 64 Ki source frames, app::MonoSource), then encoded.
   std::tuple<nb::ndarray<nb::numpy, int64_t>, int64_t> encode_pcm(
@@ -49,20 +105,9 @@ class Codec {
     {
       nb::gil_scoped_release g;
       std::lock_guard<std::mutex> lock(mu_);
-      const int model_rate = cfg().sample_rate;
-      app::StreamResampler rs(rate, model_rate);
-      std::vector<float> mono, out;
-      constexpr int64_t kBlock = int64_t(1) << 16;
-      for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
-        const int64_t n = std::min(kBlock, T - f0);
-        mono.resize(size_t(n));
-        app::downmix(pcm.data() + f0 * C, n, int(C), -1, mono.data(), f0, rate, what);
-        rs.process(mono.data(), size_t(n), out);
-      }
-      rs.process(nullptr, 0, out);
-      if (out.empty()) throw Error(ErrorKind::Input, what + ": no samples");
-      samples = int64_t(out.size());
-      codes = eng().encode(out.data(), samples, n_q);
+      const std::vector<float> mono = model_rate_mono(pcm.data(), T, C, rate, what);
+      samples = int64_t(mono.size());
+      codes = eng().encode(mono.data(), samples, n_q);
     }
     return {codes_to_numpy(codes), samples};
   }

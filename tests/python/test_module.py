@@ -128,7 +128,14 @@ def test_non_utf8_path(tmp_path, codec):
 def test_batch_equals_single(codec):
     items = [_speechlike(s, 24000, seed=i).astype(np.float32) / 32768 for i, s in enumerate([0.3, 1.0, 2.2, 0.08])]
     alone = [codec.encode(x) for x in items]
-    assert all(np.array_equal(a, b) for a, b in zip(codec.encode_batch(items), alone))
+    for slots in (1, 2, 8):
+        got = codec.encode_batch(items, slots=slots)
+        assert len(got) == len(items) and all(np.array_equal(a, b) for a, b in zip(got, alone))
+    at16 = [_speechlike(s, 16000, channels=2, seed=i) for i, s in enumerate([0.5, 1.3])]
+    assert all(np.array_equal(a, codec.encode(x, 16000)) for a, x in zip(codec.encode_batch(at16, 16000), at16))
+    assert codec.encode_batch([]) == []
+    with pytest.raises(mimi.InputError):  # one bad item: the call fails, naming it
+        codec.encode_batch([items[0], np.array([0.0, np.nan], np.float32)])
     same = np.stack([items[1], items[1] * 0.5])  # [B, C = 1, T]
     out = codec.encode(same)
     assert out.shape == (2, 8, alone[1].shape[1])
