@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -59,7 +60,9 @@ GemmFn pick_gemm() {
   }
 }
 
-int g_threads = 0;  // 0 = default_num_threads()
+// 0 = default_num_threads(). Atomic: an engine made on one thread (a Python codec, with the GIL
+// released) sets it while another's kernels read it.
+std::atomic<int> g_threads{0};
 
 }  // namespace
 
@@ -85,7 +88,10 @@ double measure_peak_gflops(int threads, double seconds) {
 
 void set_num_threads(int n) { g_threads = n < 0 ? 0 : n; }
 
-int num_threads() { return g_threads > 0 ? g_threads : default_num_threads(); }
+int num_threads() {
+  const int t = g_threads.load(std::memory_order_relaxed);
+  return t > 0 ? t : default_num_threads();
+}
 
 #define MIMI_DISPATCH(fn)                                                       \
   void fn(int64_t n, const float* x, float* y) {                                \

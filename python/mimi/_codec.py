@@ -15,11 +15,22 @@ _INT_SCALE = {np.dtype(np.int8): 2.0**-7, np.dtype(np.int16): 2.0**-15, np.dtype
 
 
 def _path(p):
-    """A path as the bytes the OS uses (file names are bytes: never assumed UTF-8)."""
+    """A path as the bytes the OS uses (file names are bytes: never assumed UTF-8). "-" is a
+    file of that name here, not stdin/stdout as on the command line."""
     try:
-        return os.fsencode(os.fspath(p))
+        b = os.fsencode(os.fspath(p))
     except TypeError:
         raise UsageError(f"a path must be str, bytes or os.PathLike, not {type(p).__name__}") from None
+    return b"./-" if b == b"-" else b
+
+
+def _rate(sample_rate):
+    """An integer rate that fits the engine's int (the engine checks the range: 1000..768000)."""
+    if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
+        raise UsageError(f"sample_rate must be an integer number of Hz, not {sample_rate!r}")
+    if not 0 < sample_rate < 2**31:
+        raise UsageError(f"sample_rate {sample_rate} Hz is outside 1000..768000")
+    return int(sample_rate)
 
 
 def _as_array(x, what):
@@ -45,6 +56,8 @@ def _as_array(x, what):
 
 def _audio_float32(a, what):
     """Samples as float32 in the scale a float WAV holds (integers scaled as libsndfile does)."""
+    if not a.dtype.isnative:  # big-endian data: the same values in this machine's byte order
+        a = a.astype(a.dtype.newbyteorder("="))
     if a.dtype == np.float32:
         return a
     if a.dtype in (np.float64, np.float16):
@@ -60,6 +73,8 @@ def _codes_int64(c, what):
     c = _as_array(c, what)
     if c.dtype.kind not in "iu":
         raise UsageError(f"{what}: codes must be integers, not {c.dtype}")
+    if not c.dtype.isnative:
+        c = c.astype(c.dtype.newbyteorder("="))
     if c.dtype.kind == "u" and c.dtype.itemsize == 8 and c.size and c.max() > np.iinfo(np.int64).max:
         raise UsageError(f"{what}: a code does not fit int64")
     return np.ascontiguousarray(c, dtype=np.int64)
@@ -104,7 +119,8 @@ class Codec:
             raise UsageError(f"device must be a string such as 'cpu' or 'cuda:0', not {type(device).__name__}")
         if _mimi._forked_child():
             threads = 1
-        self._c = _mimi._Codec(b"" if weights is None else _path(weights), device, int(threads), not cache)
+        self._c = _mimi._Codec(b"" if weights is None else _path(weights), device, int(min(threads, 1 << 16)),
+                               not cache)
         if not 1 <= n_q <= self._c.max_n_q:
             raise UsageError(f"n_q must be in 1..{self._c.max_n_q}, not {n_q}")
         self.n_q = int(n_q)
@@ -127,6 +143,8 @@ class Codec:
             return self.n_q
         if not isinstance(n_q, (int, np.integer)) or isinstance(n_q, bool):
             raise UsageError(f"n_q must be an integer, not {type(n_q).__name__}")
+        if not 1 <= n_q <= self.max_n_q:
+            raise UsageError(f"n_q must be in 1..{self.max_n_q}, not {n_q}")
         return int(n_q)
 
     # --- arrays -----------------------------------------------------------------------------
@@ -135,19 +153,18 @@ class Codec:
         frames] (int64), or [batch, n_q, frames]. Channels are averaged and the audio resampled
         to 24 kHz with soxr, exactly as `mimi encode` treats a file of those samples."""
         n_q = self._n_q(n_q)
-        if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
-            raise UsageError(f"sample_rate must be an integer number of Hz, not {sample_rate!r}")
+        rate = _rate(sample_rate)
         a = _as_array(audio, "audio")
         if a.ndim == 1:
             a = a[None, :]
         if a.ndim == 3:
-            out = [self._encode_one(a[i], int(sample_rate), n_q, f"audio[{i}]")[0] for i in range(a.shape[0])]
+            out = [self._encode_one(a[i], rate, n_q, f"audio[{i}]")[0] for i in range(a.shape[0])]
             if not out:
                 raise UsageError("audio: an empty batch")
             return np.stack(out)
         if a.ndim != 2:
             raise UsageError(f"audio: expected [samples], [channels, samples] or [batch, channels, samples], not shape {a.shape}")
-        return self._encode_one(a, int(sample_rate), n_q, "audio")[0]
+        return self._encode_one(a, rate, n_q, "audio")[0]
 
     def _encode_one(self, a, rate, n_q, what):
         if a.shape[0] == 0:
@@ -162,8 +179,7 @@ class Codec:
         list of codes, encoded `slots` at a time in the slots of one batched plan (as `mimi
         encode --batch`); each is exactly what encode() gives that item alone."""
         n_q = self._n_q(n_q)
-        if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
-            raise UsageError(f"sample_rate must be an integer number of Hz, not {sample_rate!r}")
+        rate = _rate(sample_rate)
         if not isinstance(slots, (int, np.integer)) or isinstance(slots, bool) or slots < 1:
             raise UsageError(f"slots must be an integer >= 1, not {slots!r}")
         pcm = []
@@ -179,7 +195,7 @@ class Codec:
             pcm.append(np.ascontiguousarray(_audio_float32(a, what).T))
         if not pcm:
             return []
-        return self._c.encode_batch(pcm, int(sample_rate), n_q, int(slots))
+        return self._c.encode_batch(pcm, rate, n_q, min(int(slots), 1024))
 
     def decode(self, codes, length=None, n_q=None):
         """Codes [n_q, frames] (or [batch, n_q, frames]) -> float32 audio [1, samples] at 24 kHz
@@ -203,9 +219,7 @@ class Codec:
         """A StreamEncoder: feed(audio) returns the codes of the frames completed so far,
         flush() those of the last, zero-padded frame. The codes of a whole stream are exactly
         encode()'s of the same samples."""
-        if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
-            raise UsageError(f"sample_rate must be an integer number of Hz, not {sample_rate!r}")
-        return StreamEncoder(_mimi._StreamEncoder(self._c, int(sample_rate), self._n_q(n_q)), self._c.max_n_q)
+        return StreamEncoder(_mimi._StreamEncoder(self._c, _rate(sample_rate), self._n_q(n_q)), self._c.max_n_q)
 
     def stream_decoder(self, n_q=None):
         """A StreamDecoder: feed(codes [n_q, frames]) returns their audio [1, frames * 1920],
@@ -263,7 +277,8 @@ class StreamEncoder:
         return self._s.feed(np.ascontiguousarray(_audio_float32(a, "audio").T), False)
 
     def flush(self):
-        """The codes of the last partial frame (zero-padded); the stream then starts anew."""
+        """The codes of the last partial frame (zero-padded); the stream then starts anew (as it
+        does after an error)."""
         out = self._s.feed(np.zeros((0, 1), np.float32), True)
         self._s.reset()
         return out

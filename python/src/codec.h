@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -23,6 +24,19 @@
 namespace mimi::py {
 
 inline std::string bytes_str(const nb::bytes& b) { return std::string(b.c_str(), b.size()); }
+
+// The CLI's limits on what audio can be (app/formats/audio_io.h): a rate outside them or more
+// channels than any file may hold is a call that mixed up its arguments (a rate in kHz, audio as
+// [samples, channels]), refused instead of computed.
+inline void check_layout(int64_t channels, int64_t rate, const std::string& what) {
+  if (rate < app::kMinSampleRate || rate > app::kMaxSampleRate)
+    throw Error(ErrorKind::Usage, what + ": sample_rate " + std::to_string(rate) + " Hz is outside " +
+                                      std::to_string(app::kMinSampleRate) + ".." + std::to_string(app::kMaxSampleRate));
+  if (channels < 1 || channels > app::kMaxChannels)
+    throw Error(ErrorKind::Usage, what + ": " + std::to_string(channels) + " channels (1.." +
+                                      std::to_string(app::kMaxChannels) +
+                                      "); audio is [channels, samples]: transpose a [samples, channels] array");
+}
 
 class Codec {
  public:
@@ -41,6 +55,7 @@ class Codec {
   // pcm [frames, channels] interleaved at `rate` -> model-rate mono, downmixed and resampled
   // exactly as a file of those samples is (blocks of 64 Ki source frames, app::MonoSource).
   std::vector<float> model_rate_mono(const float* pcm, int64_t T, int64_t C, int rate, const std::string& what) {
+    check_layout(C, rate, what);
     app::StreamResampler rs(rate, cfg().sample_rate);
     std::vector<float> mono, out;
     constexpr int64_t kBlock = int64_t(1) << 16;
@@ -56,36 +71,66 @@ class Codec {
   }
 
   // Items [frames, channels] through the slots of one batched plan (codec/batch.h): each item's
-  // codes are exactly those encode_pcm gives it alone.
+  // codes are exactly those encode_pcm gives it alone. An item is downmixed and resampled as its
+  // slot reads it (no model-rate copy of the whole list).
   using PcmIn = nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
   nb::list encode_batch(const std::vector<PcmIn>& items, int rate, int n_q, int slots) {
-    if (rate < 1) throw Error(ErrorKind::Usage, "sample_rate must be a positive number of Hz, not " + std::to_string(rate));
     if (slots < 1) throw Error(ErrorKind::Usage, "slots must be >= 1, not " + std::to_string(slots));
+    for (size_t i = 0; i < items.size(); ++i) check_layout(int64_t(items[i].shape(1)), rate, "audio[" + std::to_string(i) + "]");
+    struct Source {  // one item as its slot reads it: blocks of 64 Ki source frames, as model_rate_mono
+      const float* pcm;
+      int64_t T, C, f0 = 0;
+      int src_rate;
+      std::string what;
+      app::StreamResampler rs;
+      std::vector<float> mono, buf;
+      size_t pos = 0;
+      bool flushed = false;
+      Source(const float* p, int64_t t, int64_t c, int rate, int model_rate, std::string w)
+          : pcm(p), T(t), C(c), src_rate(rate), what(std::move(w)), rs(rate, model_rate) {}
+      int64_t read(float* dst, int64_t n) {
+        constexpr int64_t kBlock = int64_t(1) << 16;
+        while (int64_t(buf.size() - pos) < n && !flushed) {
+          buf.erase(buf.begin(), buf.begin() + int64_t(pos));
+          pos = 0;
+          if (f0 < T) {
+            const int64_t k = std::min(kBlock, T - f0);
+            mono.resize(size_t(k));
+            app::downmix(pcm + f0 * C, k, int(C), -1, mono.data(), f0, src_rate, what);
+            rs.process(mono.data(), size_t(k), buf);
+            f0 += k;
+          } else {
+            rs.process(nullptr, 0, buf);
+            flushed = true;
+          }
+        }
+        const int64_t k = std::min<int64_t>(n, int64_t(buf.size() - pos));
+        std::copy_n(buf.data() + pos, k, dst);
+        pos += size_t(k);
+        return k;
+      }
+    };
     std::vector<Codes> out(items.size());
     {
       nb::gil_scoped_release g;
       std::lock_guard<std::mutex> lock(mu_);
-      std::vector<std::vector<float>> mono(items.size());
-      for (size_t i = 0; i < items.size(); ++i)
-        mono[i] = model_rate_mono(items[i].data(), int64_t(items[i].shape(0)), int64_t(items[i].shape(1)), rate,
-                                  "audio[" + std::to_string(i) + "]");
+      std::vector<std::unique_ptr<Source>> open(items.size());
       size_t next = 0;
-      std::vector<int64_t> pos(items.size(), 0);
       mimi::encode_batch(
           eng(), n_q, std::min<int>(slots, int(std::max<size_t>(items.size(), 1))),
           [&](PcmItem& item) {
             if (next == items.size()) return false;
             const size_t i = next++;
+            open[i] = std::make_unique<Source>(items[i].data(), int64_t(items[i].shape(0)), int64_t(items[i].shape(1)),
+                                               rate, cfg().sample_rate, "audio[" + std::to_string(i) + "]");
             item.id = i;
-            item.read = [&, i](float* dst, int64_t n) {
-              const int64_t k = std::min<int64_t>(n, int64_t(mono[i].size()) - pos[i]);
-              std::copy_n(mono[i].data() + pos[i], k, dst);
-              pos[i] += k;
-              return k;
-            };
+            item.read = [src = open[i].get()](float* dst, int64_t n) { return src->read(dst, n); };
             return true;
           },
-          [&](const PcmItem& item, Codes&& c) { out[item.id] = std::move(c); });
+          [&](const PcmItem& item, Codes&& c) {
+            out[item.id] = std::move(c);
+            open[item.id].reset();
+          });
     }
     nb::list r;
     for (const Codes& c : out) r.append(codes_to_numpy(c));
@@ -98,8 +143,6 @@ class Codec {
       const nb::ndarray<const float, nb::ndim<2>, nb::c_contig, nb::device::cpu>& pcm, int rate, int n_q,
       const std::string& what) {
     const int64_t T = int64_t(pcm.shape(0)), C = int64_t(pcm.shape(1));
-    if (rate < 1) throw Error(ErrorKind::Usage, "sample_rate must be a positive number of Hz, not " + std::to_string(rate));
-    if (C < 1) throw Error(ErrorKind::Input, what + ": no channels");
     Codes codes;
     int64_t samples = 0;
     {

@@ -1,13 +1,26 @@
 // mimi::Error -> the Python class of its kind (python/mimi/_errors.py), with the CLI's message.
 #include <nanobind/nanobind.h>
 
+#include <new>
 #include <string>
+#include <system_error>
 
 #include "codec/error.h"
 #include "python/src/bind.h"
 
 namespace mimi::py {
 namespace {
+
+const char* class_for(ErrorKind k);
+void raise(ErrorKind kind, const std::string& what) {
+  nb::object cls = nb::module_::import_("mimi._errors").attr(class_for(kind));
+  // (a message may hold a file name's bytes, which need not be UTF-8: they come back as
+  // os.fsdecode gives them, not as a UnicodeDecodeError instead of the error)
+  PyObject* msg = PyUnicode_DecodeUTF8(what.data(), Py_ssize_t(what.size()), "surrogateescape");
+  if (!msg) return;  // (the decoding's own error stands)
+  PyErr_SetObject(cls.ptr(), msg);
+  Py_DECREF(msg);
+}
 
 const char* class_for(ErrorKind k) {
   switch (k) {
@@ -28,14 +41,18 @@ void bind_errors(nb::module_& m) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
-      nb::object cls = nb::module_::import_("mimi._errors").attr(class_for(e.kind()));
-      // (a message may hold a file name's bytes, which need not be UTF-8: they come back as
-      // os.fsdecode gives them, not as a UnicodeDecodeError instead of the error)
-      const std::string what = e.what();
-      PyObject* msg = PyUnicode_DecodeUTF8(what.data(), Py_ssize_t(what.size()), "surrogateescape");
-      if (!msg) return;  // (the decoding's own error stands)
-      PyErr_SetObject(cls.ptr(), msg);
-      Py_DECREF(msg);
+      raise(e.kind(), e.what());
+    } catch (const std::bad_alloc&) {  // as the CLI (app/main.cpp): the machine's limit, not the input
+      raise(ErrorKind::Environment, "out of memory (a failure of the machine, not of the input; run again with more memory)");
+    } catch (const std::system_error& e) {  // std::thread, std::filesystem: errno-carrying
+      const ErrorKind k = errno_kind(e.code().value(), ErrorKind::Internal);
+      raise(k, std::string(k == ErrorKind::Internal ? "internal error: " : "") + e.what());
+    } catch (const nb::python_error&) {
+      throw;  // a Python exception on its way out: not ours to translate
+    } catch (const nb::builtin_exception&) {
+      throw;  // nanobind's own (TypeError for arguments of the wrong type...)
+    } catch (const std::exception& e) {
+      raise(ErrorKind::Internal, std::string("internal error: ") + e.what());
     }
   });
 }

@@ -20,17 +20,27 @@ namespace {
 
 constexpr int64_t kMaxPush = 8;  // frames per push, as `mimi encode --stream`
 
+// The codec's engine options without its thread count: an engine sets the process's kernel
+// threads when it names one, and a stream made in a forked child must not undo fork.cpp's one.
+EngineOptions stream_options(const Engine& codec) {
+  EngineOptions o = codec.options();
+  o.threads = 0;
+  return o;
+}
+
 class StreamEncoder {
  public:
-  StreamEncoder(Engine& codec, int rate, int n_q)
-      : eng_(codec.shared_model(), codec.options()), rate_(rate), n_q_(n_q) {
-    if (rate < 1) throw Error(ErrorKind::Usage, "sample_rate must be a positive number of Hz, not " + std::to_string(rate));
+  StreamEncoder(Engine& codec, int rate, int n_q) : eng_(codec.shared_model(), stream_options(codec)), rate_(rate), n_q_(n_q) {
+    check_layout(1, rate, "audio");
     if (n_q < 1 || n_q > eng_.config().n_q)
       throw Error(ErrorKind::Usage, "n_q must be in 1.." + std::to_string(eng_.config().n_q) + ", not " + std::to_string(n_q));
     reset();
   }
   void reset() {
     std::lock_guard<std::mutex> lock(mu_);
+    restart();
+  }
+  void restart() {
     plan_ = &eng_.encode_plan(kMaxPush, n_q_);
     plan_->reset();
     rs_ = std::make_unique<app::StreamResampler>(rate_, eng_.config().sample_rate);
@@ -46,7 +56,8 @@ class StreamEncoder {
     {
       nb::gil_scoped_release g;
       std::lock_guard<std::mutex> lock(mu_);
-      if (T > 0 && C < 1) throw Error(ErrorKind::Input, "audio: no channels");
+      check_layout(C, rate_, "audio");
+      try {
       std::vector<float> mono;
       constexpr int64_t kBlock = int64_t(1) << 16;
       for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
@@ -70,6 +81,10 @@ class StreamEncoder {
       }
       pending_.erase(pending_.begin(), pending_.begin() + ready * fs);
       frames = ready;
+      } catch (...) {  // an error ends the stream: the next feed starts a new signal, as after reset()
+        restart();
+        throw;
+      }
     }
     Codes c;  // [n_q, frames]
     c.n_q = n_q_;
@@ -92,7 +107,7 @@ class StreamEncoder {
 
 class StreamDecoder {
  public:
-  StreamDecoder(Engine& codec, int n_q) : eng_(codec.shared_model(), codec.options()), n_q_(n_q) { reset(); }
+  StreamDecoder(Engine& codec, int n_q) : eng_(codec.shared_model(), stream_options(codec)), n_q_(n_q) { reset(); }
   void reset() {
     std::lock_guard<std::mutex> lock(mu_);
     plan_ = nullptr;
@@ -105,30 +120,36 @@ class StreamDecoder {
       nb::gil_scoped_release g;
       std::lock_guard<std::mutex> lock(mu_);
       const int n_q = n_q_ > 0 ? n_q_ : codes.n_q;
-      if (codes.frames > 0) eng_.check_codes(codes, n_q);
-      if (!plan_) {
-        plan_ = &eng_.decode_plan(1, n_q);
-        plan_->reset();
-        plan_n_q_ = n_q;
-      } else if (n_q != plan_n_q_) {
+      if (codes.frames > 0) {  // (no frames: nothing decoded, no plan made, the stream as it was)
+      eng_.check_codes(codes, n_q);
+      if (plan_ && n_q != plan_n_q_)
         throw Error(ErrorKind::Usage, "codes: " + std::to_string(n_q) + " codebooks after " + std::to_string(plan_n_q_) +
                                           " (a stream keeps its n_q; reset() starts another)");
-      }
-      const int64_t fs = eng_.config().frame_size();
-      std::vector<int32_t> col(static_cast<size_t>(n_q));
-      y.reserve(size_t(codes.frames * fs));
-      for (int64_t f = 0; f < codes.frames; ++f) {
-        for (int k = 0; k < n_q; ++k) {
-          const int32_t v = codes.data[size_t(k * codes.frames + f)];
-          if (v < 0 || v >= eng_.config().bins)
+      for (int k = 0; k < n_q; ++k)  // every code checked before any is decoded: a refused feed leaves the stream as it was
+        for (int64_t f = 0; f < codes.frames; ++f)
+          if (const int32_t v = codes.data[size_t(k * codes.frames + f)]; v < 0 || v >= eng_.config().bins)
             throw Error(ErrorKind::Input, "codes: codebook " + std::to_string(k) + ", frame " + std::to_string(f) +
                                               ": code " + std::to_string(v) + " outside [0, " +
                                               std::to_string(eng_.config().bins) + ")");
-          col[size_t(k)] = v;
+      try {
+        if (!plan_) {
+          plan_ = &eng_.decode_plan(1, n_q);
+          plan_->reset();
+          plan_n_q_ = n_q;
         }
-        plan_->push(col.data(), 1);
-        const float* p = plan_->output().ptr();
-        y.insert(y.end(), p, p + fs);
+        const int64_t fs = eng_.config().frame_size();
+        std::vector<int32_t> col(static_cast<size_t>(n_q));
+        y.reserve(size_t(codes.frames * fs));
+        for (int64_t f = 0; f < codes.frames; ++f) {
+          for (int k = 0; k < n_q; ++k) col[size_t(k)] = codes.data[size_t(k * codes.frames + f)];
+          plan_->push(col.data(), 1);
+          const float* p = plan_->output().ptr();
+          y.insert(y.end(), p, p + fs);
+        }
+      } catch (...) {  // (the machine failed mid-stream) the stream ends: the next feed starts anew
+        plan_ = nullptr;
+        throw;
+      }
       }
     }
     const size_t n = y.size();

@@ -114,13 +114,47 @@ def test_read_tokens_every_format(tmp_path, codec, cli, ext):
         assert t.meta["original_samples"] == int(1.1 * 24000)
 
 
+@pytest.mark.parametrize("width,dtype", [(1, np.uint8), (4, np.int32)])
+def test_integer_pcm_as_libsndfile(tmp_path, codec, cli, width, dtype):
+    x = _speechlike(1.2, 24000).astype(np.float64) / 32768
+    if dtype == np.uint8:
+        pcm = np.clip(np.round(x * 127) + 128, 0, 255).astype(np.uint8)
+    else:
+        pcm = np.round(x * (2**31 - 1)).astype(np.int32)
+    with wave.open(str(tmp_path / "a.wav"), "wb") as w:  # 8-bit WAV is unsigned, 32-bit signed
+        w.setnchannels(1)
+        w.setsampwidth(width)
+        w.setframerate(24000)
+        w.writeframes(pcm.tobytes())
+    cli("encode", tmp_path / "a.wav", "-o", tmp_path / "a.npy")
+    assert np.array_equal(codec.encode(pcm), np.load(tmp_path / "a.npy"))
+
+
+def test_properties_and_dash(tmp_path, codec, cli, monkeypatch):
+    assert (codec.sample_rate, codec.frame_rate, codec.frame_size, codec.max_n_q, codec.bins) == (24000, 12.5, 1920, 8, 64)
+    assert codec.weights_path == weights() and codec.device.startswith("cpu")
+    _write_wav(tmp_path / "p.wav", _speechlike(0.3, 24000), 24000)
+    cli("encode", tmp_path / "p.wav", "-o", tmp_path / "p.mimi")
+    assert codec.fingerprint == mimi.read_tokens(tmp_path / "p.mimi").meta["weights_fingerprint"]
+    monkeypatch.chdir(tmp_path)
+    codec.decode_file(codec.encode(_speechlike(0.2, 24000)), "-")  # a file named "-", not stdout
+    assert (tmp_path / "-").stat().st_size > 44
+    folder = tmp_path / "w"  # a folder holding model.safetensors, found as the CLI finds it
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(weights())
+    (folder / "config.json").symlink_to(DATA / "tiny" / "config.json")
+    monkeypatch.setenv("MIMI_WEIGHTS", str(folder))
+    assert mimi.Codec().fingerprint == codec.fingerprint
+    assert mimi.Codec(folder, cache=False).fingerprint == codec.fingerprint
+
+
 def test_non_utf8_path(tmp_path, codec):
     name = os.fsencode(tmp_path) + b"/\xff\xfe.wav"
     _write_wav(name, _speechlike(0.5, 24000), 24000)
     assert codec.encode_file(name).shape == (8, 7)
     with pytest.raises(mimi.InputError) as e:
         codec.encode_file(os.fsencode(tmp_path) + b"/\xff-missing.wav")
-    assert "missing" in str(e.value)
+    assert b"/\xff-missing.wav" in os.fsencode(str(e.value))  # the name's bytes, as given
 
 
 # --- batch, streams of calls, threads, fork, memory --------------------------------------------------
@@ -175,7 +209,17 @@ def test_threads_share_a_codec(codec):
 
 def _child_encode(args):
     w, x = args
-    return mimi.Codec(w, n_q=8).encode(x)
+    return mimi.Codec(w, n_q=8, threads=2).encode(x)
+
+
+_INHERITED = {}
+
+
+def _child_inherited(x):
+    """In a forked child: the parent's own codec, and a stream made from it."""
+    c = _INHERITED["codec"]
+    enc = c.stream_encoder()
+    return c.encode(x), np.concatenate([enc.feed(x), enc.flush()], axis=1)
 
 
 def test_fork_after_use(codec):
@@ -186,6 +230,11 @@ def test_fork_after_use(codec):
         res = pool.map_async(_child_encode, [(weights(), x)] * 3)
         got = res.get(timeout=120)  # a hung child fails here instead of hanging the suite
     assert all(np.array_equal(g, want) for g in got)
+    _INHERITED["codec"] = mimi.Codec(weights(), n_q=8, threads=2)
+    _INHERITED["codec"].encode(x)
+    with ctx.Pool(2) as pool:
+        got = pool.map_async(_child_inherited, [x] * 3).get(timeout=120)
+    assert all(np.array_equal(a, want) and np.array_equal(b, want) for a, b in got)
     # and the parent's own codec still works
     assert np.array_equal(codec.encode(x), want)
 
@@ -225,8 +274,12 @@ def test_inputs_not_modified_and_strided(codec):
     assert np.array_equal(codec.encode(list(x[0])), codec.encode(x[0]))
     codes = codec.encode(x)
     ck = codes.copy()
-    codec.decode(codes[:, ::1])
+    wide = np.zeros((8, codes.shape[1] * 2), np.int64)
+    wide[:, ::2] = codes
+    assert np.array_equal(codec.decode(wide[:, ::2]), codec.decode(codes))  # strided codes
     assert np.array_equal(codes, ck)
+    assert np.array_equal(codec.decode(codes.astype(">i4")), codec.decode(codes))  # big-endian
+    assert np.array_equal(codec.encode(x.astype(">f4")), a)
     assert np.array_equal(codec.decode(codes.astype(np.int16)), codec.decode(codes))
 
 
@@ -284,8 +337,15 @@ def test_bad_codes_and_options(codec):
     huge[0, 0] = 2**40
     with pytest.raises(mimi.InputError):
         codec.decode(huge)
-    with pytest.raises(mimi.UsageError):
-        codec.encode(codes, sample_rate=0)
+    audio = _speechlike(0.3, 24000).astype(np.float32) / 32768
+    for rate in (0, 16, 999, 768001, 2**40):  # a rate in kHz by mistake, or none at all
+        with pytest.raises(mimi.UsageError, match="sample_rate"):
+            codec.encode(audio, sample_rate=rate)
+    with pytest.raises(mimi.UsageError, match="transpose"):  # [samples, channels] as soundfile gives it
+        codec.encode(np.zeros((24000, 2), np.float32))
+    for n_q in (0, -1, 9):
+        with pytest.raises(mimi.UsageError):
+            codec.decode(codes, n_q=n_q)
     with pytest.raises(mimi.UsageError):
         codec.encode(_speechlike(0.3, 24000), n_q=99)
     with pytest.raises(mimi.UsageError):
@@ -337,5 +397,24 @@ def test_stream_decoder(codec):
     assert np.abs(y - want).max() <= 1e-5 * max(1.0, np.abs(want).max())
     dec.reset()
     assert np.array_equal(np.concatenate([dec.feed(codes[:, :3]), dec.feed(codes[:, 3:])], axis=1), y)
+    with pytest.raises(mimi.InputError):  # refused before anything is decoded: the stream goes on
+        dec.feed(np.concatenate([codes[:, :2], np.full((8, 1), 64)], axis=1))
+    dec.reset()
+    dec.feed(codes[:, :3])
     with pytest.raises(mimi.InputError):
-        dec.feed(np.full((8, 1), 64))
+        dec.feed(np.concatenate([codes[:, 3:5], np.full((8, 1), -1)], axis=1))
+    assert np.array_equal(np.concatenate([dec.feed(codes[:, :0] if False else codes[:, 3:])], axis=1), y[:, 3 * 1920:])
+    assert dec.feed(np.zeros((4, 0), np.int64)).shape == (1, 0)
+
+
+def test_stream_encoder_after_error(codec):
+    x = _speechlike(1.0, 24000).astype(np.float32) / 32768
+    want = codec.encode(x)
+    enc = codec.stream_encoder()
+    enc.feed(x[:, :7000])
+    bad = x[:, :100].copy()
+    bad[0, 50] = np.nan
+    with pytest.raises(mimi.InputError):
+        enc.feed(bad)
+    # an error ends the stream: the next feed starts a new one
+    assert np.array_equal(np.concatenate([enc.feed(x), enc.flush()], axis=1), want)
