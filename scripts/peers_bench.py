@@ -30,6 +30,40 @@ def timed(fn, runs):
     return out
 
 
+def load_system(system, weights, threads, n_q):
+    """(encode, decode, to_input, fresh) for a peer: encode/decode take and give its own tensors,
+    to_input turns a float32 numpy [1, 1, T] into its input; rustymimi has no encode/decode
+    closures but `fresh()`, a new Tokenizer (one keeps its streaming position across calls and
+    reset() does not rewind it: every call needs a fresh one, made outside the timed call)."""
+    enc = dec = fresh = None
+    if system in ("moshi", "hf"):
+        import torch
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+        torch.set_grad_enabled(False)
+    if system == "moshi":
+        from moshi.models import loaders
+        model = loaders.get_mimi(weights, device="cpu")
+        model.set_num_codebooks(n_q)
+        model.eval()
+        enc = lambda x: model.encode(x)
+        dec = lambda c: model.decode(c)
+        to_in = lambda x: torch.from_numpy(x)
+    elif system == "hf":
+        from transformers import MimiModel
+        model = MimiModel.from_pretrained(weights, torch_dtype=torch.float32).eval()
+        enc = lambda x: model.encode(x, num_quantizers=n_q).audio_codes
+        dec = lambda c: model.decode(c).audio_values
+        to_in = lambda x: torch.from_numpy(x)
+    else:
+        import os
+        os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+        import rustymimi
+        fresh = lambda: rustymimi.Tokenizer(weights, num_codebooks=n_q)
+        to_in = lambda x: x
+    return enc, dec, to_in, fresh
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--system", required=True, choices=["moshi", "hf", "rustymimi"])
@@ -42,33 +76,7 @@ def main():
     ap.add_argument("--n-q", type=int, default=8)
     a = ap.parse_args()
 
-    if a.system in ("moshi", "hf"):
-        import torch
-        torch.set_num_threads(a.threads)
-        torch.set_num_interop_threads(1)
-        torch.set_grad_enabled(False)
-    if a.system == "moshi":
-        from moshi.models import loaders
-        model = loaders.get_mimi(a.weights, device="cpu")
-        model.set_num_codebooks(a.n_q)
-        model.eval()
-        enc = lambda x: model.encode(x)
-        dec = lambda c: model.decode(c)
-        to_in = lambda x: torch.from_numpy(x)
-    elif a.system == "hf":
-        from transformers import MimiModel
-        model = MimiModel.from_pretrained(a.weights, torch_dtype=torch.float32).eval()
-        enc = lambda x: model.encode(x, num_quantizers=a.n_q).audio_codes
-        dec = lambda c: model.decode(c).audio_values
-        to_in = lambda x: torch.from_numpy(x)
-    else:
-        import os
-        os.environ.setdefault("RAYON_NUM_THREADS", str(a.threads))
-        import rustymimi
-        # A Tokenizer keeps its streaming position across calls and reset() does not rewind it:
-        # every call gets a fresh one (the load is outside the timed call).
-        fresh = lambda: rustymimi.Tokenizer(a.weights, num_codebooks=a.n_q)
-        to_in = lambda x: x
+    enc, dec, to_in, fresh = load_system(a.system, a.weights, a.threads, a.n_q)
 
     for seconds in [float(s) for s in a.seconds.split(",")]:
         x = to_in(tiled_input(a.input, seconds))

@@ -124,6 +124,13 @@ class Codec:
         if not 1 <= n_q <= self._c.max_n_q:
             raise UsageError(f"n_q must be in 1..{self._c.max_n_q}, not {n_q}")
         self.n_q = int(n_q)
+        self._args = (device, int(threads), bool(cache))
+
+    def __reduce__(self):
+        # Pickled (a datasets.map function or a DataLoader dataset holding a codec, sent to
+        # spawned workers): the worker loads the same weights file again (not the lookup again).
+        device, threads, cache = self._args
+        return (Codec, (self._c.weights_path, self.n_q, device, threads, cache))
 
     # --- properties -------------------------------------------------------------------------
     sample_rate = property(lambda self: self._c.sample_rate, doc="the model's sample rate (24000)")

@@ -191,6 +191,21 @@ def test_decode_length_and_n_q(codec):
         codec.decode(codes, length=codes.shape[1] * 1920 + 1)
 
 
+def test_pickle_and_spawn(codec):
+    import pickle
+    x = _speechlike(0.9, 24000)
+    again = pickle.loads(pickle.dumps(codec))
+    assert again.n_q == codec.n_q and again.fingerprint == codec.fingerprint
+    assert np.array_equal(again.encode(x), codec.encode(x))
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a codec sent to a spawned worker
+        got = pool.apply_async(_encode_with, (codec, x)).get(timeout=120)
+    assert np.array_equal(got, codec.encode(x))
+
+
+def _encode_with(c, x):
+    return c.encode(x)
+
+
 def test_threads_share_a_codec(codec):
     items = [_speechlike(0.7, 24000, seed=i) for i in range(8)]
     want = [codec.encode(x) for x in items]
