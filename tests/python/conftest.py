@@ -33,8 +33,9 @@ def cli():
     if not os.access(exe, os.X_OK):
         pytest.skip(f"no mimi CLI at {exe} (set MIMI_BIN)")
 
-    def run(*args, check=True):
-        r = subprocess.run([exe, *map(os.fsdecode, args), "--weights", weights(), "--quiet"], capture_output=True)
+    def run(*args, check=True, weights_flag=True):
+        extra = ["--weights", weights(), "--quiet"] if weights_flag else ["--quiet"]
+        r = subprocess.run([exe, *map(os.fsdecode, args), *extra], capture_output=True)
         if check and r.returncode != 0:
             raise AssertionError(f"mimi {args} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
         return r

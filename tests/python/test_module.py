@@ -433,3 +433,28 @@ def test_stream_encoder_after_error(codec):
         enc.feed(bad)
     # an error ends the stream: the next feed starts a new one
     assert np.array_equal(np.concatenate([enc.feed(x), enc.flush()], axis=1), want)
+
+
+# --- a `mimi dataset` output -------------------------------------------------------------------------
+
+def test_read_dataset(tmp_path, codec, cli):
+    wavs = tmp_path / "wavs"
+    wavs.mkdir()
+    for i, s in enumerate([0.4, 1.3, 2.2, 0.9, 1.7]):
+        rate = 24000 if i % 2 else 16000
+        _write_wav(wavs / f"utt{i}.wav", _speechlike(s, rate, seed=i), rate)
+    cli("dataset", "plan", wavs, "-o", f"{tmp_path}/plan/", "--shards", "2", weights_flag=False)
+    out = f"{tmp_path}/out/"
+    cli("dataset", "encode", "--plan", f"{tmp_path}/plan/", "--shard", "0/2", "-o", out)
+    first = list(mimi.read_dataset(out))  # shard 1 not encoded yet: shard 0's items only
+    cli("dataset", "encode", "--plan", f"{tmp_path}/plan/", "--shard", "1/2", "-o", out)
+    items = list(mimi.read_dataset(out))
+    assert 0 < len(first) < len(items) == 5
+    assert [i.key for i in items[: len(first)]] == [i.key for i in first]
+    assert sorted(i.key for i in items) == [f"utt{i}" for i in range(5)]
+    for it in items:
+        assert it.codes.dtype == np.int64 and it.codes.shape[0] == 8
+        assert np.array_equal(it.codes, codec.encode_file(wavs / (it.key + ".wav")))
+        assert it.meta["frames"] == it.codes.shape[1]
+    with pytest.raises(mimi.InputError):
+        list(mimi.read_dataset(tmp_path))  # not an output
