@@ -5,6 +5,7 @@ import importlib.util
 import multiprocessing
 import os
 import threading
+import time
 import wave
 
 import numpy as np
@@ -204,6 +205,28 @@ def test_pickle_and_spawn(codec):
 
 def _encode_with(c, x):
     return c.encode(x)
+
+
+def test_gil_released_while_computing(codec):
+    x = _speechlike(40.0, 24000)
+    codec.encode(x)  # plans made
+    stamps, stop = [], threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.02)
+    t0 = time.perf_counter()
+    codec.encode(x)
+    t1 = time.perf_counter()
+    stop.set()
+    t.join()
+    inside = [s for s in stamps if t0 + 0.2 * (t1 - t0) < s < t1 - 0.2 * (t1 - t0)]
+    assert t1 - t0 > 0.02 and len(inside) >= 5  # the other thread ran during the call
 
 
 def test_threads_share_a_codec(codec):
