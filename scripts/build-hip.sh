@@ -9,5 +9,8 @@ if ! command -v hipcc >/dev/null 2>&1; then
   exit 0
 fi
 cmake -S . -B build-hip -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_HIP=ON "$@" >/dev/null
-cmake --build build-hip -j "${MIMI_JOBS:-2}" --target mimi test_ops test_gpu_kernels
+# Only kernels/gpu differs under HIP (MIMI_USE_HIP appears nowhere else): the GPU kernels compiled
+# by hipcc and linked into their test binary check the backend; the rest is the same C++ the
+# other builds compile.
+cmake --build build-hip -j "${MIMI_JOBS:-2}" --target test_gpu_kernels
 

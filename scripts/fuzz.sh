@@ -9,7 +9,7 @@
 #       corpus (build-fuzz/corpus/<target>/, kept between runs). Prints per target: executions,
 #       exec/s, coverage (cov/ft), corpus size and findings (saved under build-fuzz/findings/).
 #       --keep-going: libFuzzer's fork mode, which goes on past crashes/OOMs/timeouts.
-#   scripts/fuzz.sh --smoke           every target for 20 s (CI)
+#   scripts/fuzz.sh --smoke           every target for 10 s (CI: its seeds and a short mutation run)
 #   scripts/fuzz.sh --replay [TARGET...]
 #       every reproducer in tests/fuzz/regressions/<target>/ through its target once (those
 #       listed in regressions/<target>/OPEN are known, unfixed bugs: reported, not failed)
@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
     --time) secs=$2; secs_given=1; shift ;;
     --timeout) unit_timeout=$2; shift ;;
     --runs) runs=$2; shift ;;
-    --smoke) secs=20 ;;
+    --smoke) secs=10 ;;
     --keep-going) keep_going=1 ;;
     --replay) mode=replay ;;
     --make-seeds) mode=seeds ;;

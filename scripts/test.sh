@@ -6,7 +6,7 @@
 #   3. the GPU kernels on CPU threads (MIMI_GPU_EMULATE): the emulator's own tests (warp 32 and 64,
 #      graphs), kernel sweeps, golden tiny/tiny-window and full on its short cases, streaming and
 #      the CLI on --device cuda; then the kernel tests again under ThreadSanitizer (test-tsan.sh)
-#   4. fuzz smoke: every libFuzzer target (tests/fuzz/) for 20 s from its seeds
+#   4. fuzz smoke: every libFuzzer target (tests/fuzz/) for 10 s from its seeds
 #   5. the Python module: `pip install .` into build/pyenv and its pytest suite (scripts/test-python.sh)
 #   6. the main build (a CUDA build where nvcc is found: then also packed as the GPU bundle and run
 #      through the bundle's loader, tests/bundle_test.sh) and its whole ctest suite (kernels,
@@ -37,7 +37,7 @@ if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
   bash scripts/test-tsan.sh  # the same kernels under ThreadSanitizer; records its own steps
   # One count per target (fuzz.sh records them); a build failure before any target counts as one.
   before=$(wc -l <"$MIMI_SUITE_COUNTS")
-  echo "=== fuzz smoke (every libFuzzer target, 20 s each)"
+  echo "=== fuzz smoke (every libFuzzer target, 10 s each)"
   if ! bash scripts/fuzz.sh --smoke && [ "$(wc -l <"$MIMI_SUITE_COUNTS")" -eq "$before" ]; then
     record "fuzz smoke" 0 1 0
   fi

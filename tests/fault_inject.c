@@ -5,7 +5,9 @@
 //
 //   MIMI_FAULT_ERRNO=N     the errno to fail with (a number); unset or 0: the shim does nothing
 //   MIMI_FAULT_PATH=S      fail only for paths containing S (opens), and for the descriptors that
-//                          were opened on such a path (reads)
+//                          were opened on such a path (reads). S ending in '$' ("b.mimi$"): only
+//                          paths that end in S at a name boundary (b.mimi, dir/b.mimi; not the
+//                          cache file weights-...1b.mimipw, whose hash can hold "b.mimi")
 //   MIMI_FAULT_OP=open|read|any|rename|stat   which calls fail [default: any: opens and reads];
 //                          rename: rename, renameat, renameat2 whose *destination* matches;
 //                          stat: stat, lstat (and their 64 forms) of a matching path (a folder
@@ -119,7 +121,14 @@ static void log_line(const char* what, const char* detail) {
   (void)syscall(SYS_close, fd);
 }
 
-static int path_matches(const char* path) { return g_errno && path && strstr(path, g_path) != NULL; }
+static int path_matches(const char* path) {
+  if (!g_errno || !path) return 0;
+  const size_t n = strlen(g_path);
+  if (g_path[n - 1] != '$') return strstr(path, g_path) != NULL;
+  const size_t want = n - 1, have = strlen(path);  // anchored: path ends in S at a name boundary
+  if (have < want || memcmp(path + have - want, g_path, want) != 0) return 0;
+  return have == want || path[have - want - 1] == '/' || g_path[0] == '/';
+}
 
 // One matching call: fail it (1) unless it is among the first MIMI_FAULT_AFTER.
 static int take(void) { return __atomic_add_fetch(&g_seen, 1, __ATOMIC_SEQ_CST) > g_after; }

@@ -261,7 +261,7 @@ std::vector<json> json_lines(const fs::path& p) {
 
 std::string shim_env(const Errno& e, const std::string& fault, const std::string& op, int after, const std::string& log) {
   return "ASAN_OPTIONS=verify_asan_link_order=0 LD_PRELOAD=" + bq(fault_lib()) + " MIMI_FAULT_ERRNO=" +
-         std::to_string(e.value) + " MIMI_FAULT_PATH=" + bq(fault) + " MIMI_FAULT_OP=" + op +
+         std::to_string(e.value) + " MIMI_FAULT_PATH=" + bq(fault + "$") + " MIMI_FAULT_OP=" + op +
          " MIMI_FAULT_AFTER=" + std::to_string(after) + " MIMI_FAULT_LOG=" + bq(log);
 }
 
