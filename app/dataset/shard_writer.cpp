@@ -44,6 +44,8 @@ void fsync_dir(const std::string& file) {
   ::close(fd);
 }
 
+}  // namespace
+
 // How many of the journal's records (from the first) the tar in `fd` bears out. A record must be
 // what the tar holds at its place: an item's two members (key.npy, key.json) with sound headers,
 // from where the previous item ended to its own `end`, the .npy holding its `frames`; an error
@@ -96,6 +98,8 @@ size_t records_the_tar_bears_out(const std::vector<JournalEntry>& entries, int f
   return entries.size();
 }
 
+namespace {
+
 void write_text(const std::string& path, const std::string& text) {
   write_output(path, std::vector<uint8_t>(text.begin(), text.end()), true);
 }
@@ -123,11 +127,9 @@ ShardWriter::~ShardWriter() {
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
 }
 
-void ShardWriter::resume(const json& header) {
-  // The journal's complete, well-formed, consecutive lines; anything after them is cut off.
-  const std::string text = read_file_or_empty(p_.journal);
-  uint64_t good = 0, end = 0;
-  bool begun = false;
+JournalRead read_journal_text(const std::string& text, const json& header, const std::string& journal) {
+  // The journal's complete, well-formed, consecutive lines; anything after them is not believed.
+  JournalRead r;
   size_t pos = 0;
   for (size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1) {
     json j;
@@ -136,19 +138,19 @@ void ShardWriter::resume(const json& header) {
     } catch (const std::exception&) {
       break;
     }
-    if (!begun) {
+    if (!r.begun) {
       if (j.value("k", "") != "begin") break;
       if (!journal_agrees(j, header)) {
-        if (holds_records(text, nl + 1)) throw journal_refusal(p_.journal, j, header);
-        spdlog::info("{}: begun with other settings but holding no item: begun again with this run's", p_.journal);
+        if (holds_records(text, nl + 1)) throw journal_refusal(journal, j, header);
+        spdlog::info("{}: begun with other settings but holding no item: begun again with this run's", journal);
         break;  // (not begun: the journal and the tar start empty)
       }
-      begun = true;
-      begun_at_ = j.value("t", 0.0);
-      header_end_ = nl + 1;
+      r.begun = true;
+      r.begun_at = j.value("t", 0.0);
+      r.header_end = nl + 1;
     } else if (j.value("k", "") == "sealed") {
-      if (j.value("size", uint64_t(0)) != end + 2 * kTarBlock) break;
-      sealed_ = true;
+      if (j.value("size", uint64_t(0)) != r.end + 2 * kTarBlock) break;
+      r.sealed = true;
     } else {
       JournalEntry e;
       try {
@@ -156,15 +158,26 @@ void ShardWriter::resume(const json& header) {
       } catch (const std::exception&) {
         break;
       }
-      if (e.index != next_ || sealed_) break;
-      end = e.end;
-      errors_ += !e.ok;
-      entries_.push_back(std::move(e));
-      line_end_.push_back(nl + 1);
-      ++next_;
+      if (e.index != r.entries.size() || r.sealed) break;
+      r.end = e.end;
+      r.entries.push_back(std::move(e));
+      r.line_end.push_back(nl + 1);
     }
-    good = nl + 1;
+    r.good = nl + 1;
   }
+  return r;
+}
+
+void ShardWriter::resume(const json& header) {
+  JournalRead jr = read_journal_text(read_file_or_empty(p_.journal), header, p_.journal);
+  uint64_t good = jr.good, end = jr.end;
+  bool begun = jr.begun;
+  if (begun) begun_at_ = jr.begun_at, header_end_ = jr.header_end;
+  sealed_ = jr.sealed;
+  entries_ = std::move(jr.entries);
+  line_end_ = std::move(jr.line_end);
+  next_ = entries_.size();
+  errors_ = size_t(std::count_if(entries_.begin(), entries_.end(), [](const JournalEntry& e) { return !e.ok; }));
   if (sealed_) {
     // Killed while finishing: the tar is complete under one of its two names.
     std::error_code ec;

@@ -21,6 +21,26 @@
 
 namespace mimi::app::dataset {
 
+// A shard journal's complete, well-formed, consecutive lines, as a resume believes them (nothing
+// after the first line that breaks the sequence is): the "begin" header, the item records and the
+// "sealed" line. A journal begun with another `header` throws journal_refusal when it holds
+// records; one that holds none reads as not begun.
+struct JournalRead {
+  bool begun = false, sealed = false;
+  double begun_at = 0;
+  uint64_t header_end = 0;             // the journal's length after the "begin" line
+  uint64_t good = 0;                   // ... after the last line believed
+  uint64_t end = 0;                    // the tar offset after the last record
+  std::vector<JournalEntry> entries;   // records 0..n-1, in order
+  std::vector<uint64_t> line_end;      // per entry: the journal's length after its line
+};
+JournalRead read_journal_text(const std::string& text, const nlohmann::json& header, const std::string& journal);
+
+// How many of `entries` (from the first) the tar open as `fd` bears out: each record is what the
+// tar holds at its place (its two members, names, offsets, frames, counts and the sha256 of its
+// bytes). Throws for the machine's read failures only.
+size_t records_the_tar_bears_out(const std::vector<JournalEntry>& entries, int fd, const std::string& what);
+
 class ShardWriter {
  public:
   // Takes the shard's lock (Error(Output) when another worker holds it) and resumes its journal.

@@ -12,9 +12,9 @@ See python/README.md for the whole API.
 from ._errors import (DeviceError, Error, InputError, InternalError, OutputError, ResourceError, UsageError,
                       WeightsError)
 from ._codec import Codec, StreamDecoder, StreamEncoder, Tokens, read_tokens
-from ._dataset import DatasetItem, read_dataset
+from ._dataset import DatasetItem, DatasetWarning, read_dataset
 from ._mimi import __version__
 
-__all__ = ["Codec", "StreamEncoder", "StreamDecoder", "Tokens", "read_tokens", "DatasetItem", "read_dataset", "Error",
+__all__ = ["Codec", "StreamEncoder", "StreamDecoder", "Tokens", "read_tokens", "DatasetItem", "DatasetWarning", "read_dataset", "Error",
            "UsageError", "InputError", "WeightsError", "OutputError", "DeviceError", "InternalError", "ResourceError",
            "__version__"]

@@ -21,7 +21,18 @@ def _path(p):
         b = os.fsencode(os.fspath(p))
     except TypeError:
         raise UsageError(f"a path must be str, bytes or os.PathLike, not {type(p).__name__}") from None
+    if not b:
+        raise UsageError("a path must not be empty")
+    if b"\0" in b:  # the OS would read it only up to there: another file
+        raise UsageError(f"{os.fsdecode(b)!r}: a path must not hold a NUL byte")
     return b"./-" if b == b"-" else b
+
+
+def _flag(name, v):
+    """A switch: True/False (or numpy's bool). A string such as "no" is refused, not taken as True."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise UsageError(f"{name} must be True or False, not {v!r}")
+    return bool(v)
 
 
 def _rate(sample_rate):
@@ -50,7 +61,10 @@ def _as_array(x, what):
         except Exception as e:
             raise UsageError(f"{what}: cannot be read through DLPack on the CPU ({e}); move it to the CPU first") from None
     if isinstance(x, (list, tuple)):
-        return np.asarray(x)
+        try:
+            return np.asarray(x)
+        except ValueError as e:  # ragged nesting, or values numpy cannot hold together
+            raise UsageError(f"{what}: a list that is not one array ({e})") from None
     raise UsageError(f"{what}: expected an array (numpy, torch CPU tensor, DLPack), not {type(x).__name__}")
 
 
@@ -88,6 +102,14 @@ class Tokens(NamedTuple):
     meta: dict
 
 
+def _recorded_length(tokens, length):
+    """The length to trim Tokens to: `length` when given, else the samples their file records."""
+    if length is not None:
+        return length
+    n = tokens.meta.get("original_samples") if isinstance(tokens.meta, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 def read_tokens(path) -> Tokens:
     """Reads a token file in any format `mimi encode` writes (.mimi, .npy, .safetensors, text),
     with the CLI's checks: a damaged file raises mimi.InputError."""
@@ -117,14 +139,13 @@ class Codec:
             raise UsageError(f"threads must be an integer >= 0, not {threads!r}")
         if not isinstance(device, str):
             raise UsageError(f"device must be a string such as 'cpu' or 'cuda:0', not {type(device).__name__}")
+        cache = _flag("cache", cache)
         if _mimi._forked_child():
             threads = 1
         self._c = _mimi._Codec(b"" if weights is None else _path(weights), device, int(min(threads, 1 << 16)),
                                not cache)
-        if not 1 <= n_q <= self._c.max_n_q:
-            raise UsageError(f"n_q must be in 1..{self._c.max_n_q}, not {n_q}")
-        self.n_q = int(n_q)
-        self._args = (device, int(threads), bool(cache))
+        self.n_q = n_q  # (checked by the setter)
+        self._args = (device, int(threads), cache)
 
     def __reduce__(self):
         # Pickled (a datasets.map function or a DataLoader dataset holding a codec, sent to
@@ -133,6 +154,15 @@ class Codec:
         return (Codec, (self._c.weights_path, self.n_q, device, threads, cache))
 
     # --- properties -------------------------------------------------------------------------
+    @property
+    def n_q(self):
+        """codebooks encode() and the streams use when a call names none (1..max_n_q)"""
+        return self._default_n_q
+
+    @n_q.setter
+    def n_q(self, value):
+        self._default_n_q = self._n_q(value, default=False)
+
     sample_rate = property(lambda self: self._c.sample_rate, doc="the model's sample rate (24000)")
     frame_rate = property(lambda self: self._c.frame_rate, doc="frames per second (12.5)")
     frame_size = property(lambda self: self._c.frame_size, doc="samples per frame (1920)")
@@ -145,8 +175,8 @@ class Codec:
     def __repr__(self):
         return f"mimi.Codec(weights={self.weights_path!r}, n_q={self.n_q}, device={self.device!r})"
 
-    def _n_q(self, n_q):
-        if n_q is None:
+    def _n_q(self, n_q, default=True):
+        if n_q is None and default:
             return self.n_q
         if not isinstance(n_q, (int, np.integer)) or isinstance(n_q, bool):
             raise UsageError(f"n_q must be an integer, not {type(n_q).__name__}")
@@ -206,7 +236,10 @@ class Codec:
 
     def decode(self, codes, length=None, n_q=None):
         """Codes [n_q, frames] (or [batch, n_q, frames]) -> float32 audio [1, samples] at 24 kHz
-        (or [batch, 1, samples]): frames x 1920 samples, or the first `length` of them."""
+        (or [batch, 1, samples]): frames x 1920 samples, or the first `length` of them. Tokens
+        (read_tokens) are trimmed to the length their file records, as decode_file trims them."""
+        if isinstance(codes, Tokens):
+            codes, length = codes.codes, _recorded_length(codes, length)
         c = _codes_int64(codes, "codes")
         if c.ndim == 3:
             if c.shape[0] == 0:
@@ -242,19 +275,23 @@ class Codec:
         return codes
 
     def decode_file(self, codes_or_path, out_path, n_q=None, length=None, force=False, sample_format="s16",
-                    sample_rate=None):
-        """A token file (path) or codes [n_q, frames] -> an audio file (WAV, FLAC or OGG by the
-        extension), written as `mimi decode` writes it (atomically; an existing file only with
-        force). A token file is trimmed to the length it records, codes to `length` samples (the
-        length of the audio they were encoded from, as a token file records it).
-        Returns the number of samples written."""
+                    sample_rate=None, allow_weights_mismatch=False):
+        """A token file (path), Tokens or codes [n_q, frames] -> an audio file (WAV, FLAC or OGG
+        by the extension), written as `mimi decode` writes it (atomically; an existing file only
+        with force, never the token file itself). A token file is trimmed to the length it
+        records, codes to `length` samples (the length of the audio they were encoded from, as a
+        token file records it). A token file made with other weights is refused (WeightsError)
+        unless allow_weights_mismatch. Returns the number of samples written."""
+        force, allow = _flag("force", force), _flag("allow_weights_mismatch", allow_weights_mismatch)
         fmt = str(sample_format)
         rate = "" if sample_rate is None else str(sample_rate)
         nq = 0 if n_q is None else self._n_q(n_q)
         if isinstance(codes_or_path, (str, bytes, os.PathLike)):
             if length is not None:
                 raise UsageError("length applies to codes; a token file is trimmed to the length it records")
-            return self._c.decode_file(_path(codes_or_path), _path(out_path), nq, bool(force), fmt, rate)
+            return self._c.decode_file(_path(codes_or_path), _path(out_path), nq, force, fmt, rate, allow)
+        if isinstance(codes_or_path, Tokens):
+            codes_or_path, length = codes_or_path.codes, _recorded_length(codes_or_path, length)
         c = _codes_int64(codes_or_path, "codes")
         if c.ndim != 2:
             raise UsageError(f"codes: expected [n_q, frames], not shape {c.shape}")
@@ -264,7 +301,7 @@ class Codec:
                     not (frames - 1) * fs < length <= frames * fs):
                 raise UsageError(f"length: the samples the codes were encoded from, {(frames - 1) * fs + 1}.."
                                  f"{frames * fs} for {frames} frames (as a token file records it), not {length!r}")
-        return self._c.decode_codes_to_file(c, -1 if length is None else int(length), _path(out_path), nq, bool(force),
+        return self._c.decode_codes_to_file(c, -1 if length is None else int(length), _path(out_path), nq, force,
                                             fmt, rate)
 
 
@@ -284,8 +321,8 @@ class StreamEncoder:
         return self._s.feed(np.ascontiguousarray(_audio_float32(a, "audio").T), False)
 
     def flush(self):
-        """The codes of the last partial frame (zero-padded); the stream then starts anew (as it
-        does after an error)."""
+        """The codes of the last partial frame (zero-padded); the stream then starts anew. (A feed
+        that raises leaves the stream as it was.)"""
         out = self._s.feed(np.zeros((0, 1), np.float32), True)
         self._s.reset()
         return out

@@ -12,5 +12,6 @@ void bind_codec(nb::module_& m);   // _Codec: a loaded engine
 void bind_tokens(nb::module_& m);  // read_tokens: every token format the CLI writes
 void bind_fork(nb::module_& m);    // the at-fork handler (fork.cpp)
 void bind_stream(nb::module_& m);  // _StreamEncoder, _StreamDecoder (stream.cpp)
+void bind_dataset(nb::module_& m); // _dataset_shards (dataset.cpp)
 
 }  // namespace mimi::py

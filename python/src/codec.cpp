@@ -12,7 +12,7 @@ void bind_codec(nb::module_& m) {
       .def("decode_codes", &Codec::decode_codes, nb::arg("codes"), nb::arg("n_q"))
       .def("encode_file", &Codec::encode_file, nb::arg("path"), nb::arg("n_q"))
       .def("decode_file", &Codec::decode_file, nb::arg("src"), nb::arg("out"), nb::arg("n_q"), nb::arg("force"),
-           nb::arg("sample_format"), nb::arg("sample_rate"))
+           nb::arg("sample_format"), nb::arg("sample_rate"), nb::arg("allow_weights_mismatch"))
       .def("decode_codes_to_file", &Codec::decode_codes_to_file, nb::arg("codes"), nb::arg("length"), nb::arg("out"),
            nb::arg("n_q"), nb::arg("force"), nb::arg("sample_format"), nb::arg("sample_rate"))
       .def_prop_ro("sample_rate", [](Codec& c) { return c.cfg().sample_rate; })

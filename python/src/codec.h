@@ -8,6 +8,8 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -184,7 +186,7 @@ class Codec {
   // A token file (path) or codes (with the model-rate length to trim to, -1: none) -> an audio
   // file through the CLI's writer (format by extension, 24 kHz s16 by default), as `mimi decode`.
   int64_t decode_to(app::TokenFile t, int n_q, const std::string& out, bool force, const std::string& sample_format,
-                    const std::string& sample_rate, const std::string& what) {
+                    const std::string& sample_rate, const std::string& what, bool allow_mismatch = false) {
     app::AudioOutSpec spec;
     spec.format = sample_format == "s24" ? app::SampleFormat::S24
                   : sample_format == "f32" ? app::SampleFormat::F32
@@ -193,19 +195,25 @@ class Codec {
     spec.sample_rate = sample_rate;
     nb::gil_scoped_release g;
     std::lock_guard<std::mutex> lock(mu_);
-    const int use = app::check_tokens(eng(), t, std::max(n_q, 0), 0, false, what);
+    const int use = app::check_tokens(eng(), t, std::max(n_q, 0), 0, allow_mismatch, what, "allow_weights_mismatch=True");
     return app::decode_to_file(eng(), t, use, spec, out, force, what, true).samples;
   }
 
   int64_t decode_file(const nb::bytes& src, const nb::bytes& out, int n_q, bool force, const std::string& fmt,
-                      const std::string& rate) {
-    const std::string s = bytes_str(src);
+                      const std::string& rate, bool allow_mismatch) {
+    const std::string s = bytes_str(src), o = bytes_str(out);
     app::TokenFile t;
     {
       nb::gil_scoped_release g;
       t = app::read_token_input(s, false);
+      // the output is the token file itself (the same name, a symlink or a hard link to it): refused
+      // even with force, as `mimi decode` refuses it (its set of protected inputs is per command)
+      struct stat a{}, b{};
+      if (::stat(s.c_str(), &a) == 0 && ::stat(o.c_str(), &b) == 0 && S_ISREG(b.st_mode) && a.st_dev == b.st_dev &&
+          a.st_ino == b.st_ino)
+        throw Error(ErrorKind::Output, o + ": is an input of this command; refusing to overwrite it");
     }
-    return decode_to(std::move(t), n_q, bytes_str(out), force, fmt, rate, s);
+    return decode_to(std::move(t), n_q, o, force, fmt, rate, s, allow_mismatch);
   }
 
   int64_t decode_codes_to_file(const CodesIn& in, int64_t length, const nb::bytes& out, int n_q, bool force,

@@ -8,5 +8,6 @@ NB_MODULE(_mimi, m) {
   mimi::py::bind_stream(m);
   mimi::py::bind_tokens(m);
   mimi::py::bind_fork(m);
+  mimi::py::bind_dataset(m);
   m.attr("__version__") = MIMI_VERSION;
 }

@@ -57,9 +57,16 @@ class StreamEncoder {
       nb::gil_scoped_release g;
       std::lock_guard<std::mutex> lock(mu_);
       check_layout(C, rate_, "audio");
-      try {
+      // The whole piece is judged before the stream takes any of it (a NaN or Inf sample, as the
+      // CLI refuses it): a refused feed leaves the stream as it was, as the decoder's does.
       std::vector<float> mono;
       constexpr int64_t kBlock = int64_t(1) << 16;
+      for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
+        const int64_t n = std::min(kBlock, T - f0);
+        mono.resize(size_t(n));
+        app::downmix(pcm.data() + f0 * C, n, int(C), -1, mono.data(), fed_ + f0, rate_, "audio");
+      }
+      try {
       for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
         const int64_t n = std::min(kBlock, T - f0);
         mono.resize(size_t(n));
@@ -81,7 +88,7 @@ class StreamEncoder {
       }
       pending_.erase(pending_.begin(), pending_.begin() + ready * fs);
       frames = ready;
-      } catch (...) {  // an error ends the stream: the next feed starts a new signal, as after reset()
+      } catch (...) {  // (the machine failed mid-feed) the stream ends: the next feed starts a new signal
         restart();
         throw;
       }

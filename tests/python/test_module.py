@@ -445,17 +445,25 @@ def test_stream_decoder(codec):
     assert dec.feed(np.zeros((4, 0), np.int64)).shape == (1, 0)
 
 
-def test_stream_encoder_after_error(codec):
+def test_stream_encoder_refused_feed_has_no_effect(codec):
+    # a feed refused for its samples (NaN, +-Inf anywhere in it, any piece size, mono or stereo)
+    # leaves the stream as it was: the stream's codes are still encode()'s of the good samples
+    rng = np.random.default_rng(5)
     x = _speechlike(1.0, 24000).astype(np.float32) / 32768
     want = codec.encode(x)
-    enc = codec.stream_encoder()
-    enc.feed(x[:, :7000])
-    bad = x[:, :100].copy()
-    bad[0, 50] = np.nan
-    with pytest.raises(mimi.InputError):
-        enc.feed(bad)
-    # an error ends the stream: the next feed starts a new one
-    assert np.array_equal(np.concatenate([enc.feed(x), enc.flush()], axis=1), want)
+    for trial in range(6):
+        enc = codec.stream_encoder()
+        cuts = np.sort(rng.choice(np.arange(1, x.shape[1]), size=3, replace=False))
+        got = []
+        for a, b in zip([0, *cuts], [*cuts, x.shape[1]]):
+            n = int(rng.integers(1, 5000))
+            bad = np.repeat(x[:, :n], 1 + trial % 2, axis=0).copy()
+            bad[int(rng.integers(0, bad.shape[0])), int(rng.integers(0, n))] = [np.nan, np.inf, -np.inf][trial % 3]
+            with pytest.raises(mimi.InputError):
+                enc.feed(bad)
+            got.append(enc.feed(x[:, a:b]))
+        got.append(enc.flush())
+        assert np.array_equal(np.concatenate(got, axis=1), want), f"trial {trial}, cuts {cuts}"
 
 
 # --- a `mimi dataset` output -------------------------------------------------------------------------
