@@ -23,9 +23,10 @@ check app/sys app/formats/ app/engine_io/ app/dataset/ app/cli/
 check app/formats app/engine_io/ app/dataset/ app/cli/
 check app/engine_io app/dataset/ app/cli/
 check app/dataset app/cli/
-# the Python module (python/src) sits beside the commands: on engine I/O and below, never on them;
-# nothing of the CLI's layers includes it
-check python app/dataset/ app/cli/
+# the Python module (python/src) sits beside the commands (app/cli): on the dataset layer (read_dataset
+# judges an output's shards with status's own functions) and below, never on the commands; nothing of
+# the CLI's layers includes it
+check python app/cli/
 check app python/
 check codec python/
 check kernels python/
