@@ -22,6 +22,7 @@ void unfinished_shard(const ShardPaths& p, const json& dataset, ReadableShard& r
   if (jr.entries.empty()) return;
   std::error_code ec;
   r.tar = fs::exists(p.partial, ec) ? p.partial : p.tar;  // (sealed, renamed, .done not yet written)
+  if (!fs::exists(r.tar, ec)) return;  // a resume encodes the journaled items again: none to read yet
   const int fd = open_input(r.tar);
   size_t agree = 0;
   try {

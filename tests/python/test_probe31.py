@@ -201,6 +201,10 @@ def test_read_dataset_unfinished_takes_the_journaled_items(tmp_path, dataset_dir
     b[len(whole) - 700] ^= 4  # inside the second item
     p.write_bytes(bytes(b))
     assert _keys(d, unfinished=True) == ["u0"]
+    d = tmp_path / "lost"  # the .tar.partial lost: a resume encodes the journaled items again; none to read
+    shutil.copytree(src, d)
+    (d / "shards" / "shard-00000.tar.partial").unlink()
+    assert _keys(d, unfinished=True) == []
 
 
 # --- a weights mismatch, named as Python spells its override --------------------------------------
