@@ -51,7 +51,7 @@ TokenFile read_token_input(const std::string& path, bool recover) {
 
 // Checks tokens against the loaded model; returns the codebooks to decode with.
 int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default, bool allow_mismatch,
-                 const std::string& what, const char* allow_name) {
+                 const std::string& what) {
   const Config& c = eng.config();
   if (t.codes.frames < 1) throw Error(ErrorKind::Input, what + ": no complete frames to decode");
   if (t.meta.codebook_size != c.bins && !t.meta.weights_fingerprint.empty())
@@ -74,13 +74,13 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
                                       " frames cannot hold (ceil(samples / " + std::to_string(c.frame_size()) +
                                       ") frames): an edited or damaged header");
   if (allow_mismatch && t.meta.weights_fingerprint.empty() && t.meta.config_fingerprint.empty())
-    spdlog::warn("{}: {} does nothing here: the token file records no weights to compare (.npy, .txt)", what,
-                 allow_name);
+    spdlog::warn("{}: --allow-weights-mismatch does nothing here: the token file records no weights to compare "
+                 "(.npy, .txt)", what);
   if (!t.meta.weights_fingerprint.empty() && t.meta.weights_fingerprint != eng.model().fingerprint) {
     if (!allow_mismatch)
       throw Error(ErrorKind::Weights, what + ": made with other weights (fingerprint " + t.meta.weights_fingerprint +
                                           ", loaded " + eng.model().fingerprint +
-                                          "); pass " + allow_name + " to decode anyway");
+                                          "); pass --allow-weights-mismatch to decode anyway");
     spdlog::warn("{}: made with other weights (fingerprint {}), decoding anyway", what, t.meta.weights_fingerprint);
   }
   // The weights fingerprint covers the tensors alone: the same tensors under another config
@@ -90,7 +90,7 @@ int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default,
     if (!allow_mismatch)
       throw Error(ErrorKind::Weights, what + ": made with another config (config fingerprint " +
                                           t.meta.config_fingerprint + ", loaded " + cfp +
-                                          "); pass " + allow_name + " to decode anyway");
+                                          "); pass --allow-weights-mismatch to decode anyway");
     spdlog::warn("{}: made with another config (config fingerprint {}), decoding anyway", what, t.meta.config_fingerprint);
   }
   const int n_q = n_q_flag > 0 ? n_q_flag : std::min(n_q_default > 0 ? n_q_default : t.codes.n_q, t.codes.n_q);

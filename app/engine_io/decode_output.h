@@ -37,10 +37,9 @@ void check_token_prefix(std::optional<TokenFormat> declared, const uint8_t* p, s
 TokenFile read_token_input(const std::string& path, bool recover);
 
 // Checks tokens against the loaded model; returns the codebooks to decode with (n_q_flag > 0:
-// that many; else n_q_default > 0 capped by the file, else all of the file's). `allow_name` is how
-// the caller spells the override its messages name (the CLI's flag, the Python module's argument).
+// that many; else n_q_default > 0 capped by the file, else all of the file's).
 int check_tokens(Engine& eng, const TokenFile& t, int n_q_flag, int n_q_default, bool allow_mismatch,
-                 const std::string& what, const char* allow_name = "--allow-weights-mismatch");
+                 const std::string& what);
 
 // The rate to write: the model's, --sample-rate N, or "source" (the rate the tokens record).
 int output_rate(const Config& c, const TokenFile& t, const std::string& flag, const std::string& what);

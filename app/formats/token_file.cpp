@@ -26,52 +26,6 @@ std::vector<int32_t> transpose(const std::vector<int32_t>& v, int64_t rows, int6
   return t;
 }
 
-// Header fields of a token file (the .mimi JSON header, or safetensors __metadata__ strings):
-// numbers may come as JSON numbers or as decimal strings; anything else, or a value outside its
-// range, is a malformed input that names the key.
-void meta_from_json(TokenMeta& m, const nlohmann::json& j, const std::string& what) {
-  if (!j.is_object()) bad(what, "header is not a JSON object");
-  auto number = [&](const char* k) -> std::optional<double> {
-    if (!j.contains(k) || j[k].is_null()) return std::nullopt;
-    const nlohmann::json& v = j[k];
-    if (v.is_number()) return v.get<double>();
-    if (v.is_string()) {
-      const std::string str = v.get<std::string>();
-      double d = 0;
-      const auto r = std::from_chars(str.data(), str.data() + str.size(), d);
-      if (r.ec == std::errc() && r.ptr == str.data() + str.size()) return d;
-    }
-    bad(what, "header field '" + std::string(k) + "' must be a number, got " + v.dump().substr(0, 40));
-  };
-  auto integer = [&](const char* k, double lo, double hi) -> std::optional<int64_t> {
-    const auto v = number(k);
-    if (!v) return std::nullopt;
-    if (!(*v >= lo && *v <= hi) || *v != std::floor(*v))
-      bad(what, "header field '" + std::string(k) + "' = " + j[k].dump().substr(0, 40) + " is not an integer in [" +
-                    std::to_string(int64_t(lo)) + ", " + std::to_string(int64_t(hi)) + "]");
-    return int64_t(*v);
-  };
-  auto str = [&](const char* k) -> std::string {
-    if (!j.contains(k) || j[k].is_null()) return "";
-    if (!j[k].is_string()) bad(what, "header field '" + std::string(k) + "' must be a string");
-    return j[k].get<std::string>();
-  };
-  constexpr double kMaxRate = 1 << 30;
-  if (auto v = integer("sample_rate", 1, kMaxRate)) m.sample_rate = int(*v);
-  if (auto v = number("frame_rate")) {
-    if (!(*v > 0 && *v <= kMaxRate)) bad(what, "header field 'frame_rate' must be positive");
-    m.frame_rate = *v;
-  }
-  if (auto v = integer("codebook_size", 1, 1 << 16)) m.codebook_size = int(*v);
-  m.original_samples = integer("original_samples", 0, 9.0e15);
-  if (auto v = integer("source_sample_rate", 1, kMaxRate)) m.source_sample_rate = int(*v);
-  if (auto v = integer("source_channels", 1, 1 << 16)) m.source_channels = int(*v);
-  if (auto v = integer("channel", 0, 1 << 16)) m.channel = int(*v);
-  m.weights_fingerprint = str("weights_fingerprint");
-  m.config_fingerprint = str("config_fingerprint");
-  m.tool_version = str("tool_version");
-}
-
 // The shape of a token array: n_q in [1, 1024] and frames >= 0 whose product is bounded, so
 // nothing downstream multiplies into an overflow.
 void check_shape(int64_t n_q, int64_t frames, const std::string& what) {
@@ -260,6 +214,52 @@ TokenFile read_st(const std::vector<uint8_t>& b, const std::string& what) {
 }
 
 }  // namespace
+
+// Header fields of a token file (the .mimi JSON header, or safetensors __metadata__ strings):
+// numbers may come as JSON numbers or as decimal strings; anything else, or a value outside its
+// range, is a malformed input that names the key.
+void meta_from_json(TokenMeta& m, const nlohmann::json& j, const std::string& what) {
+  if (!j.is_object()) bad(what, "header is not a JSON object");
+  auto number = [&](const char* k) -> std::optional<double> {
+    if (!j.contains(k) || j[k].is_null()) return std::nullopt;
+    const nlohmann::json& v = j[k];
+    if (v.is_number()) return v.get<double>();
+    if (v.is_string()) {
+      const std::string str = v.get<std::string>();
+      double d = 0;
+      const auto r = std::from_chars(str.data(), str.data() + str.size(), d);
+      if (r.ec == std::errc() && r.ptr == str.data() + str.size()) return d;
+    }
+    bad(what, "header field '" + std::string(k) + "' must be a number, got " + v.dump().substr(0, 40));
+  };
+  auto integer = [&](const char* k, double lo, double hi) -> std::optional<int64_t> {
+    const auto v = number(k);
+    if (!v) return std::nullopt;
+    if (!(*v >= lo && *v <= hi) || *v != std::floor(*v))
+      bad(what, "header field '" + std::string(k) + "' = " + j[k].dump().substr(0, 40) + " is not an integer in [" +
+                    std::to_string(int64_t(lo)) + ", " + std::to_string(int64_t(hi)) + "]");
+    return int64_t(*v);
+  };
+  auto str = [&](const char* k) -> std::string {
+    if (!j.contains(k) || j[k].is_null()) return "";
+    if (!j[k].is_string()) bad(what, "header field '" + std::string(k) + "' must be a string");
+    return j[k].get<std::string>();
+  };
+  constexpr double kMaxRate = 1 << 30;
+  if (auto v = integer("sample_rate", 1, kMaxRate)) m.sample_rate = int(*v);
+  if (auto v = number("frame_rate")) {
+    if (!(*v > 0 && *v <= kMaxRate)) bad(what, "header field 'frame_rate' must be positive");
+    m.frame_rate = *v;
+  }
+  if (auto v = integer("codebook_size", 1, 1 << 16)) m.codebook_size = int(*v);
+  m.original_samples = integer("original_samples", 0, 9.0e15);
+  if (auto v = integer("source_sample_rate", 1, kMaxRate)) m.source_sample_rate = int(*v);
+  if (auto v = integer("source_channels", 1, 1 << 16)) m.source_channels = int(*v);
+  if (auto v = integer("channel", 0, 1 << 16)) m.channel = int(*v);
+  m.weights_fingerprint = str("weights_fingerprint");
+  m.config_fingerprint = str("config_fingerprint");
+  m.tool_version = str("tool_version");
+}
 
 bool parse_text_frame(const char* b, const char* e, std::vector<int32_t>& frame, const std::string& what,
                       int64_t line) {

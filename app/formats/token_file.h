@@ -52,6 +52,9 @@ TokenFile read_tokens(const std::vector<uint8_t>& bytes, TokenFormat f, const st
                       bool recover = false);
 
 nlohmann::json meta_to_json(const TokenMeta& m);
+// Header fields (a .mimi JSON header, safetensors metadata, meta_to_json's output) into `m`, each
+// checked: a value of the wrong type or outside its range is Error(Input) naming the key.
+void meta_from_json(TokenMeta& m, const nlohmann::json& j, const std::string& what);
 
 // Codes [n_q, frames] as a .npy (version 1.0, C order, little-endian) of int32 (code_bytes 4, what
 // `encode -o x.npy` writes) or int16 (2, the dataset shards' members).

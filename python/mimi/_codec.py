@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import _mimi
-from ._errors import UsageError
+from ._errors import UsageError, WeightsError
 
 # libsndfile's scale for integer PCM read as float (what `mimi encode` of a WAV of those samples
 # sees): x / 2^(bits - 1); unsigned 8-bit is offset by 128 first.
@@ -102,12 +102,16 @@ class Tokens(NamedTuple):
     meta: dict
 
 
-def _recorded_length(tokens, length):
-    """The length to trim Tokens to: `length` when given, else the samples their file records."""
-    if length is not None:
-        return length
-    n = tokens.meta.get("original_samples") if isinstance(tokens.meta, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+def _tokens_parts(x):
+    """(codes, the metadata as JSON text) of Tokens; (x, "") of anything else."""
+    if not isinstance(x, Tokens):
+        return x, ""
+    if not isinstance(x.meta, dict):
+        raise UsageError(f"tokens: meta must be a dict (as read_tokens gives it), not {type(x.meta).__name__}")
+    try:
+        return x.codes, json.dumps(x.meta)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"tokens: meta is not JSON data ({e})") from None
 
 
 def read_tokens(path) -> Tokens:
@@ -121,7 +125,8 @@ class Codec:
     """A loaded Mimi model on a device.
 
     weights: a model.safetensors file (or a folder holding one); None: $MIMI_WEIGHTS, then the
-    Hugging Face cache (kyutai/mimi), as the CLI finds them. n_q: codebooks to encode with
+    Hugging Face cache (kyutai/mimi), as the CLI finds them. config: the model's config.json when
+    it is not beside the weights (as the CLI's --config). n_q: codebooks to encode with
     (1..32). device: "cpu", or "cuda[:i]" / "hip[:i]" in a GPU build. threads: CPU threads (0:
     all this process may use; the kernels' thread count is one per process). cache: use the
     prepared-weights cache as the CLI does.
@@ -132,7 +137,7 @@ class Codec:
     thread.
     """
 
-    def __init__(self, weights=None, n_q=8, device="cpu", threads=0, cache=True):
+    def __init__(self, weights=None, n_q=8, device="cpu", threads=0, cache=True, config=None):
         if not isinstance(n_q, (int, np.integer)) or isinstance(n_q, bool):
             raise UsageError(f"n_q must be an integer, not {type(n_q).__name__}")
         if not isinstance(threads, (int, np.integer)) or isinstance(threads, bool) or threads < 0:
@@ -142,16 +147,19 @@ class Codec:
         cache = _flag("cache", cache)
         if _mimi._forked_child():
             threads = 1
-        self._c = _mimi._Codec(b"" if weights is None else _path(weights), device, int(min(threads, 1 << 16)),
-                               not cache)
+        config = b"" if config is None else _path(config)
+        self._c = _mimi._Codec(b"" if weights is None else _path(weights), config, device,
+                               int(min(threads, 1 << 16)), not cache)
         self.n_q = n_q  # (checked by the setter)
-        self._args = (device, int(threads), cache)
+        # what a pickle carries: the files as absolute paths (a worker may run elsewhere), and the
+        # fingerprint they had, so that other weights under the same name are refused, not used
+        self._args = (os.path.abspath(self._c.weights_path), os.path.abspath(config) if config else None, device,
+                      int(threads), cache, self._c.fingerprint)
 
     def __reduce__(self):
         # Pickled (a datasets.map function or a DataLoader dataset holding a codec, sent to
         # spawned workers): the worker loads the same weights file again (not the lookup again).
-        device, threads, cache = self._args
-        return (Codec, (self._c.weights_path, self.n_q, device, threads, cache))
+        return (_unpickle_codec, (*self._args, self.n_q))
 
     # --- properties -------------------------------------------------------------------------
     @property
@@ -234,20 +242,23 @@ class Codec:
             return []
         return self._c.encode_batch(pcm, rate, n_q, min(int(slots), 1024))
 
-    def decode(self, codes, length=None, n_q=None):
+    def decode(self, codes, length=None, n_q=None, allow_weights_mismatch=False):
         """Codes [n_q, frames] (or [batch, n_q, frames]) -> float32 audio [1, samples] at 24 kHz
         (or [batch, 1, samples]): frames x 1920 samples, or the first `length` of them. Tokens
-        (read_tokens) are trimmed to the length their file records, as decode_file trims them."""
-        if isinstance(codes, Tokens):
-            codes, length = codes.codes, _recorded_length(codes, length)
+        (read_tokens) are held to the model as their file is (other weights: WeightsError unless
+        allow_weights_mismatch) and trimmed to the length it records, as decode_file does."""
+        allow = _flag("allow_weights_mismatch", allow_weights_mismatch)
+        codes, meta = _tokens_parts(codes)
         c = _codes_int64(codes, "codes")
-        if c.ndim == 3:
+        if c.ndim == 3 and not meta:
             if c.shape[0] == 0:
                 raise UsageError("codes: an empty batch")
             return np.stack([self.decode(c[i], length, n_q) for i in range(c.shape[0])])
         if c.ndim != 2:
             raise UsageError(f"codes: expected [n_q, frames] or [batch, n_q, frames], not shape {c.shape}")
-        y = self._c.decode_codes(c, 0 if n_q is None else self._n_q(n_q))
+        y, recorded = self._c.decode_codes(c, 0 if n_q is None else self._n_q(n_q), meta, allow)
+        if length is None and recorded > 0:
+            length = recorded
         if length is not None:
             if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or not 0 < length <= y.shape[0]:
                 raise UsageError(f"length must be an integer in 1..{y.shape[0]} for {c.shape[1]} frames, not {length!r}")
@@ -290,9 +301,8 @@ class Codec:
             if length is not None:
                 raise UsageError("length applies to codes; a token file is trimmed to the length it records")
             return self._c.decode_file(_path(codes_or_path), _path(out_path), nq, force, fmt, rate, allow)
-        if isinstance(codes_or_path, Tokens):
-            codes_or_path, length = codes_or_path.codes, _recorded_length(codes_or_path, length)
-        c = _codes_int64(codes_or_path, "codes")
+        codes, meta = _tokens_parts(codes_or_path)
+        c = _codes_int64(codes, "codes")
         if c.ndim != 2:
             raise UsageError(f"codes: expected [n_q, frames], not shape {c.shape}")
         if length is not None:
@@ -302,7 +312,16 @@ class Codec:
                 raise UsageError(f"length: the samples the codes were encoded from, {(frames - 1) * fs + 1}.."
                                  f"{frames * fs} for {frames} frames (as a token file records it), not {length!r}")
         return self._c.decode_codes_to_file(c, -1 if length is None else int(length), _path(out_path), nq, force,
-                                            fmt, rate)
+                                            fmt, rate, meta, allow)
+
+
+def _unpickle_codec(weights, config, device, threads, cache, fingerprint, n_q):
+    """A pickled Codec in another process: the same files, refused if they now hold other weights."""
+    c = Codec(weights, n_q=n_q, device=device, threads=threads, cache=cache, config=config)
+    if c.fingerprint != fingerprint:
+        raise WeightsError(f"{os.fsdecode(weights)}: holds other weights than when the codec was pickled "
+                           f"(fingerprint {c.fingerprint}, pickled with {fingerprint})")
+    return c
 
 
 class StreamEncoder:
@@ -340,6 +359,8 @@ class StreamDecoder:
 
     def feed(self, codes):
         """codes [n_q, frames] -> float32 audio [1, frames * 1920]."""
+        if isinstance(codes, Tokens):
+            raise UsageError("a stream decodes codes as they come: feed tokens.codes (a whole token file: Codec.decode)")
         c = _codes_int64(codes, "codes")
         if c.ndim == 1:
             c = c[:, None]  # one frame

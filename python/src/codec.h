@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +19,7 @@
 #include "app/engine_io/decode_output.h"
 #include "app/engine_io/pipeline.h"
 #include "app/formats/audio_io.h"
+#include "app/formats/token_file.h"
 #include "codec/batch.h"
 #include "codec/error.h"
 #include "python/src/arrays.h"
@@ -42,9 +44,10 @@ inline void check_layout(int64_t channels, int64_t rate, const std::string& what
 
 class Codec {
  public:
-  Codec(const nb::bytes& weights, const std::string& device, int threads, bool no_cache) {
+  Codec(const nb::bytes& weights, const nb::bytes& config, const std::string& device, int threads, bool no_cache) {
     app::EngineSpec spec;
     spec.weights = bytes_str(weights);
+    spec.config = bytes_str(config);
     spec.device = device;
     spec.threads = threads;
     spec.no_cache = no_cache;
@@ -157,18 +160,38 @@ class Codec {
     return {codes_to_numpy(codes), samples};
   }
 
-  // Model-rate samples, frames * frame_size of them (the caller trims).
-  nb::ndarray<nb::numpy, float> decode_codes(const CodesIn& in, int n_q) {
-    Codes codes = codes_from_numpy(in);
+  // Codes with the metadata their token file recorded (Tokens in Python: meta_to_json's fields, as
+  // JSON text; "" for bare codes): held to the loaded model as a token file is (check_tokens: other
+  // weights or config refused unless `allow_mismatch`).
+  app::TokenFile token_file(const CodesIn& in, const std::string& meta_json) {
+    app::TokenFile t;
+    t.codes = codes_from_numpy(in);
+    t.meta.sample_rate = cfg().sample_rate;
+    t.meta.frame_rate = cfg().frame_rate;
+    t.meta.codebook_size = cfg().bins;
+    if (!meta_json.empty()) {
+      const nlohmann::json j = nlohmann::json::parse(meta_json, nullptr, false);
+      if (j.is_discarded()) throw Error(ErrorKind::Input, "tokens: meta is not a JSON object");
+      app::meta_from_json(t.meta, j, "tokens: meta");
+    }
+    return t;
+  }
+
+  // Model-rate samples, frames * frame_size of them (the caller trims), and the sample count the
+  // tokens' metadata records (-1: none).
+  std::tuple<nb::ndarray<nb::numpy, float>, int64_t> decode_codes(const CodesIn& in, int n_q, const std::string& meta_json,
+                                                                  bool allow_mismatch) {
+    const app::TokenFile t = token_file(in, meta_json);
     std::vector<float> y;
     {
       nb::gil_scoped_release g;
       std::lock_guard<std::mutex> lock(mu_);
-      eng().check_codes(codes, n_q < 1 ? codes.n_q : n_q);
-      y = eng().decode(codes, n_q < 1 ? codes.n_q : n_q);
+      if (!meta_json.empty()) (void)app::check_tokens(eng(), t, 0, 0, allow_mismatch, "tokens");
+      eng().check_codes(t.codes, n_q < 1 ? t.codes.n_q : n_q);
+      y = eng().decode(t.codes, n_q < 1 ? t.codes.n_q : n_q);
     }
     const size_t n = y.size();
-    return to_numpy(std::move(y), {n});
+    return {to_numpy(std::move(y), {n}), t.meta.original_samples.value_or(-1)};
   }
 
   // The CLI's own reader: the same codes as `mimi encode FILE` (app::encode_audio).
@@ -195,7 +218,7 @@ class Codec {
     spec.sample_rate = sample_rate;
     nb::gil_scoped_release g;
     std::lock_guard<std::mutex> lock(mu_);
-    const int use = app::check_tokens(eng(), t, std::max(n_q, 0), 0, allow_mismatch, what, "allow_weights_mismatch=True");
+    const int use = app::check_tokens(eng(), t, std::max(n_q, 0), 0, allow_mismatch, what);
     return app::decode_to_file(eng(), t, use, spec, out, force, what, true).samples;
   }
 
@@ -217,14 +240,12 @@ class Codec {
   }
 
   int64_t decode_codes_to_file(const CodesIn& in, int64_t length, const nb::bytes& out, int n_q, bool force,
-                               const std::string& fmt, const std::string& rate) {
-    app::TokenFile t;
-    t.codes = codes_from_numpy(in);
-    t.meta.sample_rate = cfg().sample_rate;
-    t.meta.frame_rate = cfg().frame_rate;
-    t.meta.codebook_size = cfg().bins;
+                               const std::string& fmt, const std::string& rate, const std::string& meta_json,
+                               bool allow_mismatch) {
+    app::TokenFile t = token_file(in, meta_json);
     if (length >= 0) t.meta.original_samples = length;
-    return decode_to(std::move(t), n_q, bytes_str(out), force, fmt, rate, "codes");
+    return decode_to(std::move(t), n_q, bytes_str(out), force, fmt, rate, meta_json.empty() ? "codes" : "tokens",
+                     allow_mismatch);
   }
 
   app::LoadedEngine le_;

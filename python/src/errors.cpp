@@ -2,6 +2,7 @@
 #include <nanobind/nanobind.h>
 
 #include <new>
+#include <utility>
 #include <string>
 #include <system_error>
 
@@ -11,8 +12,43 @@
 namespace mimi::py {
 namespace {
 
+// The engine's messages are the CLI's, and some name its options ("exists (use --force to
+// overwrite)", "pass --config"): said here with the Python argument that does the same. Only whole
+// option tokens are replaced (a file name such as "a--force.wav" is left as it is).
+std::string python_words(std::string m) {
+  static const std::pair<const char*, const char*> kWords[] = {
+      {"--allow-weights-mismatch", "allow_weights_mismatch=True"},
+      {"--force", "force=True"},
+      {"--no-cache", "cache=False"},
+      {"--weights", "weights"},
+      {"--config", "config"},
+      {"--device", "device"},
+      {"--threads", "threads"},
+      {"--n-q", "n_q"},
+      {"--sample-rate", "sample_rate"},
+      {"--sample-format", "sample_format"},
+      {"--batch", "slots"},
+  };
+  auto word_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_'; };
+  for (const auto& [cli, py] : kWords) {
+    const std::string from(cli);
+    for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at)) {
+      const size_t end = at + from.size();
+      const bool starts = at == 0 || !(word_char(m[at - 1]) || m[at - 1] == '/' || m[at - 1] == '.');
+      if (starts && (end == m.size() || !word_char(m[end]))) {
+        m.replace(at, from.size(), py);
+        at += std::char_traits<char>::length(py);
+      } else {
+        at = end;
+      }
+    }
+  }
+  return m;
+}
+
 const char* class_for(ErrorKind k);
-void raise(ErrorKind kind, const std::string& what) {
+void raise(ErrorKind kind, const std::string& message) {
+  const std::string what = python_words(message);
   nb::object cls = nb::module_::import_("mimi._errors").attr(class_for(kind));
   // (a message may hold a file name's bytes, which need not be UTF-8: they come back as
   // os.fsdecode gives them, not as a UnicodeDecodeError instead of the error)

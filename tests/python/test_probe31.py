@@ -238,3 +238,76 @@ def test_switches_refuse_non_booleans(tmp_path, codec):
     assert not (tmp_path / "a.wav").exists()
     for v in [True, False, np.bool_(True)]:
         codec.decode_file(codes, tmp_path / "a.wav", force=v or (tmp_path / "a.wav").exists())
+
+
+# --- helper-32's re-probe: Tokens held to the model, pickles of the same weights, the config, and
+# messages in Python's words ---------------------------------------------------------------------
+
+def test_tokens_are_held_to_the_model_as_their_file(tmp_path, cli):
+    wav = tmp_path / "x.wav"
+    _write_wav(wav, _speechlike(0.4, 24000), 24000)
+    cli("encode", wav, "-o", tmp_path / "x.mimi")
+    other = tmp_path / "w2.safetensors"
+    cli("gen-weights", "--config", "tiny", "--seed", "9", "-o", str(other), weights_flag=False)
+    c2 = mimi.Codec(other)
+    t = mimi.read_tokens(tmp_path / "x.mimi")
+    for call in [lambda **k: c2.decode(t, **k), lambda **k: c2.decode_file(t, tmp_path / "y.wav", **k),
+                 lambda **k: c2.decode_file(tmp_path / "x.mimi", tmp_path / "y.wav", **k)]:
+        with pytest.raises(mimi.WeightsError, match="allow_weights_mismatch=True"):
+            call()
+        assert not (tmp_path / "y.wav").exists()
+        call(allow_weights_mismatch=True)
+        (tmp_path / "y.wav").unlink(missing_ok=True)
+    for bad in [{"original_samples": -5}, {"original_samples": "x"}, {"sample_rate": 16000}, {"frame_rate": 25}]:
+        with pytest.raises(mimi.InputError):
+            c2.decode(mimi.Tokens(t.codes, {**t.meta, **bad}), allow_weights_mismatch=True)
+
+
+def test_a_pickled_codec_loads_the_same_weights_or_refuses(tmp_path, monkeypatch, cli):
+    import pickle
+    d = tmp_path / "w"
+    d.mkdir()
+    shutil.copy(weights(), d / "model.safetensors")
+    shutil.copy(DATA / "tiny" / "config.json", d / "config.json")
+    monkeypatch.chdir(tmp_path)
+    c = mimi.Codec("w/model.safetensors", n_q=3)
+    blob = pickle.dumps(c)
+    monkeypatch.chdir("/")
+    c2 = pickle.loads(blob)  # the same file, from another working directory
+    assert c2.fingerprint == c.fingerprint and c2.n_q == 3
+    cli("gen-weights", "--config", "tiny", "--seed", "11", "-o", str(d / "model.safetensors"), "-f", weights_flag=False)
+    with pytest.raises(mimi.WeightsError, match="other weights"):
+        pickle.loads(blob)
+
+
+def test_config_not_beside_the_weights(tmp_path):
+    bare = tmp_path / "model.safetensors"
+    shutil.copy(weights(), bare)
+    with pytest.raises(mimi.WeightsError) as e:
+        mimi.Codec(bare)
+    assert "--config" not in str(e.value)
+    c = mimi.Codec(bare, config=DATA / "tiny" / "config.json")
+    x = _speechlike(0.3, 24000).astype(np.float32) / 32768
+    assert np.array_equal(c.encode(x), mimi.Codec(weights()).encode(x))
+
+
+def test_messages_name_python_arguments_not_cli_options(tmp_path, codec):
+    import re
+    codes = codec.encode(np.zeros(4000, np.float32))
+    (tmp_path / "exists.wav").write_bytes(b"x")
+    calls = [lambda: codec.decode_file(codes, tmp_path / "exists.wav"),
+             lambda: mimi.Codec(tmp_path / "missing.safetensors"),
+             lambda: codec.decode_file(codes, tmp_path / "a.ogg", sample_format="s24"),
+             lambda: codec.decode_file(codes, tmp_path / "a.wav", sample_rate="abc"),
+             lambda: codec.decode_file(codes, tmp_path / "a.wav", sample_rate=5),
+             lambda: mimi.Codec(weights(), device="cuda:0"),
+             lambda: mimi.Codec(weights(), device="tpu")]
+    option = re.compile(r"(^|[\s('\"])--[a-z]")
+    for i, call in enumerate(calls):
+        with pytest.raises(mimi.Error) as e:
+            call()
+        assert not option.search(str(e.value)), f"call {i}: {e.value}"
+    # a file name that merely holds such text is left as it is
+    with pytest.raises(mimi.InputError) as e:
+        codec.encode_file(tmp_path / "a--force.wav")
+    assert "a--force.wav" in str(e.value)
