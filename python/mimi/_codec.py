@@ -114,10 +114,12 @@ def _tokens_parts(x):
         raise UsageError(f"tokens: meta is not JSON data ({e})") from None
 
 
-def read_tokens(path) -> Tokens:
+def read_tokens(path, recover=False) -> Tokens:
     """Reads a token file in any format `mimi encode` writes (.mimi, .npy, .safetensors, text),
-    with the CLI's checks: a damaged file raises mimi.InputError."""
-    codes, meta = _mimi.read_tokens(_path(path))
+    with the CLI's checks: a damaged file raises mimi.InputError; with recover=True a damaged or
+    truncated .mimi or text file gives its good frames (meta["damage"] says what was cut), as the
+    CLI's --recover."""
+    codes, meta = _mimi.read_tokens(_path(path), _flag("recover", recover))
     return Tokens(codes, json.loads(meta))
 
 
@@ -286,21 +288,23 @@ class Codec:
         return codes
 
     def decode_file(self, codes_or_path, out_path, n_q=None, length=None, force=False, sample_format="s16",
-                    sample_rate=None, allow_weights_mismatch=False):
+                    sample_rate=None, allow_weights_mismatch=False, recover=False):
         """A token file (path), Tokens or codes [n_q, frames] -> an audio file (WAV, FLAC or OGG
         by the extension), written as `mimi decode` writes it (atomically; an existing file only
         with force, never the token file itself). A token file is trimmed to the length it
         records, codes to `length` samples (the length of the audio they were encoded from, as a
         token file records it). A token file made with other weights is refused (WeightsError)
-        unless allow_weights_mismatch. Returns the number of samples written."""
+        unless allow_weights_mismatch; a damaged or truncated one is refused unless recover (its good
+        frames are decoded, as the CLI's --recover). Returns the number of samples written."""
         force, allow = _flag("force", force), _flag("allow_weights_mismatch", allow_weights_mismatch)
+        recover = _flag("recover", recover)
         fmt = str(sample_format)
         rate = "" if sample_rate is None else str(sample_rate)
         nq = 0 if n_q is None else self._n_q(n_q)
         if isinstance(codes_or_path, (str, bytes, os.PathLike)):
             if length is not None:
                 raise UsageError("length applies to codes; a token file is trimmed to the length it records")
-            return self._c.decode_file(_path(codes_or_path), _path(out_path), nq, force, fmt, rate, allow)
+            return self._c.decode_file(_path(codes_or_path), _path(out_path), nq, force, fmt, rate, allow, recover)
         codes, meta = _tokens_parts(codes_or_path)
         c = _codes_int64(codes, "codes")
         if c.ndim != 2:

@@ -74,21 +74,32 @@ def _read_tar(what, path, size, sha256, items, ds):
             pending = None  # (key, codes) waiting for its .json
             for member in tar:
                 body = tar.extractfile(member).read()
+                name = os.fsencode(member.name)
+                where = f"{what}: {member.name}"
                 if member.name.endswith(".npy"):
                     key = member.name[: -len(".npy")]
-                    codes = np.load(io.BytesIO(body), allow_pickle=False)
-                    if codes.dtype != np.dtype("<i2") or codes.ndim != 2 or codes.shape[0] != n_q:
-                        raise InputError(f"{what}: {member.name}: {codes.dtype} {codes.shape}, not int16 [{n_q}, frames]")
+                    codes = _mimi._dataset_npy(body, os.fsencode(what) + b": " + name)
+                    if codes.shape[0] != n_q:
+                        raise InputError(f"{where}: {codes.shape[0]} codebooks, the output's n_q is {n_q}")
                     if codes.size and (codes.min() < 0 or codes.max() >= bins):
-                        raise InputError(f"{what}: {member.name}: a code outside [0, {bins})")
-                    pending = (key, codes.astype(np.int64))
+                        raise InputError(f"{where}: a code outside [0, {bins})")
+                    pending = (key, codes)
                 elif member.name.endswith(".json"):
                     key = member.name[: -len(".json")]
                     if pending is None or pending[0] != key:
-                        raise InputError(f"{what}: member {member.name} without its .npy before it")
-                    yield DatasetItem(key, pending[1], json.loads(body))
+                        raise InputError(f"{where}: without its .npy before it")
+                    try:
+                        meta = json.loads(body)
+                    except ValueError as e:
+                        raise InputError(f"{where}: not JSON ({e})") from None
+                    if (not isinstance(meta, dict) or meta.get("key") != key or meta.get("frames") != pending[1].shape[1]
+                            or meta.get("n_q", n_q) != n_q):
+                        raise InputError(f"{where}: its key, frames or n_q disagree with its .npy")
+                    yield DatasetItem(key, pending[1], meta)
                     got += 1
                     pending = None
+                else:
+                    raise InputError(f"{where}: not an item's member (.npy or .json)")
     except InputError:
         raise
     except (tarfile.TarError, ValueError) as e:

@@ -13,7 +13,7 @@ void bind_codec(nb::module_& m) {
            nb::arg("allow_weights_mismatch"))
       .def("encode_file", &Codec::encode_file, nb::arg("path"), nb::arg("n_q"))
       .def("decode_file", &Codec::decode_file, nb::arg("src"), nb::arg("out"), nb::arg("n_q"), nb::arg("force"),
-           nb::arg("sample_format"), nb::arg("sample_rate"), nb::arg("allow_weights_mismatch"))
+           nb::arg("sample_format"), nb::arg("sample_rate"), nb::arg("allow_weights_mismatch"), nb::arg("recover"))
       .def("decode_codes_to_file", &Codec::decode_codes_to_file, nb::arg("codes"), nb::arg("length"), nb::arg("out"),
            nb::arg("n_q"), nb::arg("force"), nb::arg("sample_format"), nb::arg("sample_rate"), nb::arg("meta"),
            nb::arg("allow_weights_mismatch"))

@@ -223,12 +223,12 @@ class Codec {
   }
 
   int64_t decode_file(const nb::bytes& src, const nb::bytes& out, int n_q, bool force, const std::string& fmt,
-                      const std::string& rate, bool allow_mismatch) {
+                      const std::string& rate, bool allow_mismatch, bool recover) {
     const std::string s = bytes_str(src), o = bytes_str(out);
     app::TokenFile t;
     {
       nb::gil_scoped_release g;
-      t = app::read_token_input(s, false);
+      t = app::read_token_input(s, recover);
       // the output is the token file itself (the same name, a symlink or a hard link to it): refused
       // even with force, as `mimi decode` refuses it (its set of protected inputs is per command)
       struct stat a{}, b{};

@@ -20,6 +20,7 @@ std::string python_words(std::string m) {
       {"--allow-weights-mismatch", "allow_weights_mismatch=True"},
       {"--force", "force=True"},
       {"--no-cache", "cache=False"},
+      {"--recover", "recover=True"},
       {"--weights", "weights"},
       {"--config", "config"},
       {"--device", "device"},

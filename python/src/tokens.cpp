@@ -16,16 +16,18 @@ namespace mimi::py {
 void bind_tokens(nb::module_& m) {
   m.def(
       "read_tokens",
-      [](const nb::bytes& path) {
+      [](const nb::bytes& path, bool recover) {
         const std::string p(path.c_str(), path.size());
         app::TokenFile t;
         {
           nb::gil_scoped_release g;
-          t = app::read_token_input(p, false);
+          t = app::read_token_input(p, recover);
         }
-        return std::make_tuple(codes_to_numpy(t.codes), app::meta_to_json(t.meta).dump());
+        nlohmann::json meta = app::meta_to_json(t.meta);
+        if (!t.complete) meta["damage"] = t.damage;  // recover: what was cut (its good frames are the codes)
+        return std::make_tuple(codes_to_numpy(t.codes), meta.dump());
       },
-      nb::arg("path"), "(codes int64 [n_q, frames], metadata as JSON text) of a token file");
+      nb::arg("path"), nb::arg("recover"), "(codes int64 [n_q, frames], metadata as JSON text) of a token file");
 }
 
 }  // namespace mimi::py

@@ -311,3 +311,66 @@ def test_messages_name_python_arguments_not_cli_options(tmp_path, codec):
     with pytest.raises(mimi.InputError) as e:
         codec.encode_file(tmp_path / "a--force.wav")
     assert "a--force.wav" in str(e.value)
+
+
+# --- helper-33's probe: members the CLI's own npy rule refuses, and --recover as recover= ----------
+
+def _forge(d, old, new):
+    """The tar of shard 0 with one edit, its .done made to agree (tar_sha256 and record_sha256
+    recomputed, as a record written over that tar would say): only the items themselves can tell."""
+    import hashlib
+    import json
+    s = d / "shards" / "shard-00000"
+    tar = (s.parent / (s.name + ".tar")).read_bytes()
+    new = new + b" " * (len(old) - len(new))  # the same length: only the members can tell
+    assert len(new) == len(old)
+    b = tar.replace(old, new, 1)
+    assert b != tar
+    (s.parent / (s.name + ".tar")).write_bytes(b)
+    done = s.parent / (s.name + ".done")
+    j = json.loads(done.read_text())
+    j.pop("record_sha256")
+    j["tar_sha256"] = hashlib.sha256(b).hexdigest()
+    j["record_sha256"] = hashlib.sha256(json.dumps(j, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    done.write_text(json.dumps(j, indent=1, sort_keys=True) + "\n")
+
+
+def test_read_dataset_refuses_members_the_clis_npy_rule_refuses(tmp_path, dataset_dirs):
+    first = next(iter(mimi.read_dataset(dataset_dirs / "out")))
+    frames = first.codes.shape[1]
+    shape = f"'shape': (8, {frames})".encode()
+    edits = [(shape, f"'shape': (8, {frames - 1})".encode()), (shape, f"'shape': (2, {4 * frames})".encode()[: len(shape)]),
+             (b"'fortran_order': False", b"'fortran_order': True "), (b"'descr': '<i2'", b"'descr': '>i2'"),
+             (b"'descr': '<i2'", b"'descr': '<u2'"), (b"\x93NUMPY\x01\x00", b"\x93NUMPY\x02\x00")]
+    for i, (old, new) in enumerate(edits):
+        d = tmp_path / f"o{i}"
+        shutil.copytree(dataset_dirs / "out", d)
+        _forge(d, old, new)
+        with pytest.raises(mimi.InputError):
+            list(mimi.read_dataset(d))
+
+
+def test_recover_is_an_argument(tmp_path, codec, cli):
+    wav = tmp_path / "x.wav"
+    _write_wav(wav, _speechlike(45, 24000), 24000)  # three .mimi chunks of 20 s: a cut leaves good ones
+    cli("encode", wav, "-o", tmp_path / "x.mimi")
+    b = (tmp_path / "x.mimi").read_bytes()
+    rng = np.random.default_rng(2)
+    for trial in range(5):
+        cut = tmp_path / f"cut{trial}.mimi"
+        cut.write_bytes(b[: int(rng.integers(len(b) * 3 // 4, len(b) - 1))])
+        with pytest.raises(mimi.InputError) as e:
+            mimi.read_tokens(cut)
+        assert "--recover" not in str(e.value)
+        with pytest.raises(mimi.InputError) as e:
+            codec.decode_file(cut, tmp_path / "y.wav")
+        assert "--recover" not in str(e.value)
+        t = mimi.read_tokens(cut, recover=True)
+        assert "damage" in t.meta and "--recover" not in t.meta["damage"]
+        want = cli("decode", cut, "-o", tmp_path / "z.wav", "--recover", "-f", check=False)
+        if want.returncode == 0:
+            assert codec.decode_file(cut, tmp_path / "y.wav", recover=True, force=True) > 0
+            assert (tmp_path / "y.wav").read_bytes() == (tmp_path / "z.wav").read_bytes()
+        else:
+            with pytest.raises(mimi.InputError):
+                codec.decode_file(cut, tmp_path / "y.wav", recover=True, force=True)
