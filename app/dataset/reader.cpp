@@ -58,7 +58,6 @@ ReadableOutput readable_shards(const std::string& out, bool unfinished) {
     const json done = read_done(p, &why, &o.dataset, nullptr);
     if (!why.empty()) o.stale.push_back(why);
     if (done.is_object()) {
-      r.finished = true;
       r.tar = p.tar;
       r.bytes = done.value("tar_bytes", uint64_t(0));
       r.sha256 = done.value("tar_sha256", "");

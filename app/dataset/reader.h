@@ -14,10 +14,10 @@ namespace mimi::app::dataset {
 
 struct ReadableShard {
   int shard = 0;
-  bool finished = false;  // a valid .done; else the items a worker has recorded so far
   std::string tar;        // the file to read: shard-N.tar, or shard-N.tar.partial
   uint64_t bytes = 0;     // read this many bytes from its start (whole items only)
-  std::string sha256;     // finished: the tar's digest the .done records ("" otherwise)
+  std::string sha256;     // a finished shard (valid .done): the tar's digest it records; "" for the
+                          // items a worker has recorded so far
   int64_t items = 0;      // the items (with codes) those bytes hold
 };
 

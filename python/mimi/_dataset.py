@@ -64,6 +64,7 @@ def _read_tar(what, path, size, sha256, items, ds):
         raise cls(f"{what}: {e.strerror or e}") from None
     if len(data) != size:
         raise InputError(f"{what}: {len(data)} bytes, {size} recorded (changed while read?)")
+    # (read_done has hashed the file already; these are the bytes yielded, read after it)
     if sha256 and hashlib.sha256(data).hexdigest() != sha256:
         raise InputError(f"{what}: its bytes are not those its .done records (sha256 differs): damaged or replaced "
                          "since the shard finished (`mimi dataset verify` names it; its worker redoes it)")

@@ -57,22 +57,15 @@ class StreamEncoder {
       nb::gil_scoped_release g;
       std::lock_guard<std::mutex> lock(mu_);
       check_layout(C, rate_, "audio");
-      // The whole piece is judged before the stream takes any of it (a NaN or Inf sample, as the
-      // CLI refuses it): a refused feed leaves the stream as it was, as the decoder's does.
-      std::vector<float> mono;
+      // The whole piece is downmixed (and so judged: a NaN or Inf sample, as the CLI refuses it)
+      // before the stream takes any of it: a refused feed leaves the stream as it was, as the
+      // decoder's does. (T floats: no more than the interleaved copy the caller already made.)
+      std::vector<float> mono(static_cast<size_t>(T));
+      app::downmix(pcm.data(), T, int(C), -1, mono.data(), fed_, rate_, "audio");
       constexpr int64_t kBlock = int64_t(1) << 16;
-      for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
-        const int64_t n = std::min(kBlock, T - f0);
-        mono.resize(size_t(n));
-        app::downmix(pcm.data() + f0 * C, n, int(C), -1, mono.data(), fed_ + f0, rate_, "audio");
-      }
       try {
-      for (int64_t f0 = 0; f0 < T; f0 += kBlock) {
-        const int64_t n = std::min(kBlock, T - f0);
-        mono.resize(size_t(n));
-        app::downmix(pcm.data() + f0 * C, n, int(C), -1, mono.data(), fed_ + f0, rate_, "audio");
-        rs_->process(mono.data(), size_t(n), pending_);
-      }
+      for (int64_t f0 = 0; f0 < T; f0 += kBlock)
+        rs_->process(mono.data() + f0, size_t(std::min(kBlock, T - f0)), pending_);
       fed_ += T;
       if (final) rs_->process(nullptr, 0, pending_);
       const int64_t fs = eng_.config().frame_size();
