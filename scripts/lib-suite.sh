@@ -14,13 +14,14 @@ record() {
 
 # step NAME CMD...: a build or setup step; its failure counts as one failed test.
 step() {
-  local name=$1; shift
+  local name=$1 t0=$SECONDS; shift
   echo "=== $name"
   if ! "$@"; then
-    echo "=== $name: FAILED"
+    echo "=== $name: FAILED ($((SECONDS - t0)) s)"
     record "$name" 0 1 0
     return 1
   fi
+  echo "=== $name: $((SECONDS - t0)) s"
 }
 
 # check NAME CMD...: one scripted test (not ctest); counts as one passed or one failed test.
@@ -39,7 +40,7 @@ check() {
 # suite NAME DIR CTEST_ARGS...: runs ctest in DIR and records its per-test results.
 suite() {
   local name=$1 dir=$2; shift 2
-  local log; log=$(mktemp /tmp/mimi-ctest.XXXXXX)
+  local log t0=$SECONDS; log=$(mktemp /tmp/mimi-ctest.XXXXXX)
   echo "=== $name tests"
   if [ ! -d "$dir" ]; then
     echo "=== $name: no build dir $dir"
@@ -56,6 +57,7 @@ suite() {
   f=$((f - p - s))
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # ctest itself failed (no tests found, ...)
   rm -f "$log"
+  echo "=== $name tests: $((SECONDS - t0)) s"
   record "$name" "$p" "$f" "$s"
   [ "$rc" -eq 0 ]
 }

@@ -2,7 +2,11 @@
 // test-backend-ops): first everything is checked, then, with --perf, every case is timed and
 // its GFLOP/s and GB/s printed (llm.c's check-then-time). No timing is ever asserted.
 //
-//   test_ops [--backend cpu|gpu|all] [--op NAME] [--perf] [--list]
+//   test_ops [--backend cpu|gpu|all] [--op NAME] [--max-flops F] [--perf] [--list]
+//
+// --max-flops leaves out the cases over F flops per call (the sanitizer builds, where the large
+// cases, which launch the same kernel instances as the small ones, take minutes: under TSan every
+// emulated GPU thread is a real one; tests/ops_gpu_subset.sh checks that with MIMI_EMU_COVERAGE).
 //
 // The CPU runs twice, with its default thread count and with one thread (a kernel then walks
 // its whole range in one call, in its own cache-sized pieces). --backend gpu with no GPU device
@@ -12,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -102,14 +107,22 @@ double seconds_per_call(const OpCase& c, const Kernels& k) {
 int main(int argc, char** argv) {
   std::string which = "all", only_op;
   bool perf = false, list = false;
+  double max_flops = -1;  // < 0: no limit
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--backend" && i + 1 < argc) which = argv[++i];
     else if (a == "--op" && i + 1 < argc) only_op = argv[++i];
-    else if (a == "--perf") perf = true;
+    else if (a == "--max-flops" && i + 1 < argc) {
+      char* end = nullptr;
+      max_flops = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end || !(max_flops >= 0)) {
+        std::fprintf(stderr, "test_ops: --max-flops takes a number >= 0\n");
+        return 2;
+      }
+    } else if (a == "--perf") perf = true;
     else if (a == "--list") list = true;
     else {
-      std::fprintf(stderr, "usage: test_ops [--backend cpu|gpu|all] [--op NAME] [--perf] [--list]\n");
+      std::fprintf(stderr, "usage: test_ops [--backend cpu|gpu|all] [--op NAME] [--max-flops F] [--perf] [--list]\n");
       return 2;
     }
   }
@@ -119,10 +132,15 @@ int main(int argc, char** argv) {
   }
   try {
     std::vector<OpCase> cases;
+    size_t over = 0;  // cases left out by --max-flops
     for (OpCase& c : all_cases())
-      if (only_op.empty() || c.op == only_op) cases.push_back(std::move(c));
+      if (only_op.empty() || c.op == only_op) {
+        if (max_flops >= 0 && c.flops > max_flops) ++over;
+        else cases.push_back(std::move(c));
+      }
     if (cases.empty()) {
-      std::fprintf(stderr, "test_ops: no case of op '%s' (--list names them)\n", only_op.c_str());
+      if (over) std::fprintf(stderr, "test_ops: every case is over --max-flops %g\n", max_flops);
+      else std::fprintf(stderr, "test_ops: no case of op '%s' (--list names them)\n", only_op.c_str());
       return 2;
     }
     if (list) {
@@ -170,7 +188,9 @@ int main(int argc, char** argv) {
                     n[2] ? (" (" + std::to_string(n[2]) + " absent: optional op)").c_str() : "");
       std::printf("\n");
     }
-    std::printf("%zu cases x %zu backends: %s\n", cases.size(), bes.size(), failed ? "FAILED" : "all match the reference");
+    std::printf("%zu cases x %zu backends: %s", cases.size(), bes.size(), failed ? "FAILED" : "all match the reference");
+    if (over) std::printf(" (%zu cases over --max-flops %g not run)", over, max_flops);
+    std::printf("\n");
     if (failed) {
       std::printf("%d case runs failed%s\n", failed, perf ? "; nothing timed (check first, then time)" : "");
       return 1;

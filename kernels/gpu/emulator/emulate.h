@@ -208,9 +208,9 @@ enum class Exec { Threads, Fibers, Sequential };
 inline Exec exec_mode() {
   static const Exec e = [] {
     const char* v = std::getenv("MIMI_EMU_EXEC");
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
     (void)v;
-    return Exec::Threads;  // TSan cannot follow the fibers' stack switches
+    return Exec::Threads;  // the sanitizers cannot follow the fibers' stack switches (ASan: false overflows)
 #else
     return v && std::strncmp(v, "fibers", 6) == 0 ? Exec::Fibers : Exec::Threads;
 #endif
@@ -538,10 +538,30 @@ inline void fiber_wait() {
 struct KernelStats {
   unsigned blocks = 0;  // blocks run with concurrent threads so far
   bool barriers = false;
+  const char* name = nullptr;
+  uint64_t launches = 0;
+};
+inline std::map<const void*, KernelStats>& kernel_stats();
+// MIMI_EMU_COVERAGE=FILE: at exit, one line per kernel instance launched ("name +offset"), the
+// offset being its address's distance from kernel_stats() in the same binary, so that two runs
+// of one binary compare with `comm`: tests/ops_gpu_subset.sh shows this way that the part of the
+// op table the sanitizer builds run launches every kernel instance the whole table launches.
+struct KernelTable {
+  std::map<const void*, KernelStats> stats;
+  ~KernelTable() {
+    const char* path = std::getenv("MIMI_EMU_COVERAGE");
+    if (!path || !*path) return;
+    if (FILE* f = std::fopen(path, "a")) {
+      const auto anchor = reinterpret_cast<intptr_t>(&kernel_stats);
+      for (const auto& [fn, s] : stats)
+        std::fprintf(f, "%s %+lld\n", s.name, static_cast<long long>(reinterpret_cast<intptr_t>(fn) - anchor));
+      std::fclose(f);
+    }
+  }
 };
 inline std::map<const void*, KernelStats>& kernel_stats() {
-  static std::map<const void*, KernelStats> m;
-  return m;
+  static KernelTable t;
+  return t.stats;
 }
 
 constexpr size_t kMaxDynamicShared = 48 * 1024;
@@ -552,6 +572,8 @@ void run_grid(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
   std::lock_guard lk(state().launch);
   KernelStats& stats = kernel_stats()[reinterpret_cast<const void*>(kernel)];
+  stats.name = name;
+  ++stats.launches;
   Block b;
   b.kernel = name;
   b.n = unsigned(threads);
