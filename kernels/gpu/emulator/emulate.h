@@ -538,8 +538,7 @@ inline void fiber_wait() {
 struct KernelStats {
   unsigned blocks = 0;  // blocks run with concurrent threads so far
   bool barriers = false;
-  const char* name = nullptr;
-  uint64_t launches = 0;
+  const char* name = nullptr;  // for MIMI_EMU_COVERAGE
 };
 inline std::map<const void*, KernelStats>& kernel_stats();
 // MIMI_EMU_COVERAGE=FILE: at exit, one line per kernel instance launched ("name +offset"), the
@@ -573,7 +572,6 @@ void run_grid(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block
   std::lock_guard lk(state().launch);
   KernelStats& stats = kernel_stats()[reinterpret_cast<const void*>(kernel)];
   stats.name = name;
-  ++stats.launches;
   Block b;
   b.kernel = name;
   b.n = unsigned(threads);
