@@ -198,7 +198,6 @@ int run_main(int argc, char** argv) {
   reserve_standard_fds();
   std::atexit(on_foreign_exit);
   std::set_terminate(on_terminate);
-  mimi::app::configure_openmp_wait(argv);  // first: may re-exec (app/sys/threads_env.cpp)
   auto logger = spdlog::stderr_color_mt("mimi");
   spdlog::set_default_logger(logger);
   {

@@ -11,7 +11,7 @@
 #   scripts/bench-oversub.sh [--seconds N] [--runs R] [--bin PATH] [--keep DIR]
 # --bin compares another build (e.g. a copy of the binary from before a change); --keep reuses
 # DIR for the weights and input instead of a fresh temporary directory. The environment is
-# passed through (e.g. OMP_WAIT_POLICY=active to see the spinning of libgomp's default).
+# passed through (e.g. MIMI_SPIN_US=10000 to see what a longer spin of the idle workers costs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=20 runs=3 bin=build/mimi keep=
@@ -62,8 +62,8 @@ scenario() {  # prints the wall seconds of one run of scenario $1
 isa=$(grep -q -w avx512f /proc/cpuinfo && echo "AVX-512 (avx512f)" || { grep -q -w avx2 /proc/cpuinfo && echo "AVX2, no AVX-512" || echo "no AVX2"; })
 echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(nproc) cores:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $isa"
 echo "binary $bin, ${seconds} s input, $runs interleaved rounds; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-[ -n "${OMP_WAIT_POLICY:-}${GOMP_SPINCOUNT:-}${OMP_NUM_THREADS:-}" ] &&
-  echo "environment: OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-} OMP_NUM_THREADS=${OMP_NUM_THREADS:-}"
+[ -n "${MIMI_SPIN_US:-}${OMP_NUM_THREADS:-}" ] &&
+  echo "environment: MIMI_SPIN_US=${MIMI_SPIN_US:-} OMP_NUM_THREADS=${OMP_NUM_THREADS:-}"
 enc warmup 0  # page cache, CPU frequency
 declare -A times
 for ((r = 0; r < runs; ++r)); do

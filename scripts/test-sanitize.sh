@@ -13,10 +13,6 @@ cd "$(dirname "$0")/.."
 source scripts/lib-suite.sh
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# mimi re-executes itself to set libgomp's spin count (app/sys/threads_env.cpp) unless it is set:
-# set here, each instrumented mimi process the suite starts (hundreds) starts once, not twice
-# (0.14 -> 0.08 s a start under ASan). The main suite runs every mimi through the re-exec.
-export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-10000}
 # Only the binaries of the suites run below (the classes sweeps, the streaming and GPU-CLI tests
 # are excluded there, so they are not built here: about a third of the build). A test whose binary
 # is missing from this list shows as "Not Run" and fails the suite, never passes silently.

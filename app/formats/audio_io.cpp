@@ -351,7 +351,10 @@ StreamResampler::StreamResampler(int from, int to) {
   soxr_error_t err = nullptr;
   const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
   const soxr_quality_spec_t q = soxr_quality_spec(SOXR_VHQ, 0);
-  soxr_ = soxr_create(double(from), double(to), 1, &err, &io, &q, nullptr);
+  // one thread, said outright: Debian's libsoxr is built with OpenMP, and a team of libgomp's
+  // (spinning 300 000 iterations when idle) beside the kernels' own workers is what issue 29 removed
+  const soxr_runtime_spec_t rt = soxr_runtime_spec(1);
+  soxr_ = soxr_create(double(from), double(to), 1, &err, &io, &q, &rt);
   if (err) throw Error(ErrorKind::Input, std::string("resampler: ") + err);
 }
 

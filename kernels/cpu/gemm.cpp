@@ -1,8 +1,6 @@
 // CPU GEMM: ISA dispatch and the threaded driver.
 #include "kernels/cpu/isa.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -77,8 +75,12 @@ double measure_peak_gflops(int threads, double seconds) {
   volatile float sink = 0;
   for (;;) {  // grow until the timed run is long enough
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-    for (int t = 0; t < threads; ++t) sink = sink + loop(iters);
+    // one chunk per thread (a worker that wakes late would leave its chunk to another, which
+    // halves the figure; the run grows to tens of ms, where a wake-up is lost in the noise)
+    std::vector<float> out(size_t(std::max(threads, 1)));
+    auto one = [&](int64_t t) { out[size_t(t)] = loop(iters); };
+    run_parallel(threads, threads, ChunkFn(one));
+    for (float v : out) sink = sink + v;
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (elapsed > seconds / 4 || iters > (int64_t(1) << 34)) break;
     iters *= 4;

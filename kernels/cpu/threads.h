@@ -1,9 +1,10 @@
-// Work splitting for the CPU kernels (OpenMP underneath).
+// Work splitting for the CPU kernels (their own worker teams underneath: kernels/cpu/thread_pool.h).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/ops.h"
 
 namespace mimi::cpu {
@@ -20,8 +21,8 @@ void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
     fn(int64_t(0), n);
     return;
   }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
-  for (int64_t c = 0; c < chunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
+  auto chunk = [&](int64_t c) { fn(c * grain, std::min(n, (c + 1) * grain)); };
+  run_parallel(chunks, threads, ChunkFn(chunk));
 }
 
 }  // namespace mimi::cpu

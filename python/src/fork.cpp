@@ -1,8 +1,8 @@
-// Fork safety. GNU OpenMP keeps a pool of worker threads; a child forked from a process that has
-// used them (datasets.map(num_proc=N), DataLoader fork workers) inherits the pool's state but not
-// its threads, and its first parallel region would wait for them forever. So in every child
-// forked from a process that loaded mimi the kernels run on the calling thread only (N worker
-// processes, one thread each: what those pipelines want anyway), whatever threads= later asks.
+// Fork. A child forked from a process that loaded mimi (datasets.map(num_proc=N), DataLoader
+// fork workers) computes on the calling thread only, whatever threads= later asks: N worker
+// processes, one thread each, is what those pipelines want (N x the default threads would
+// oversubscribe the machine N times). The kernels' worker teams themselves survive a fork
+// (kernels/cpu/thread_pool.h: the child builds its own); this is a policy, not a workaround.
 // A fork while another thread is inside a codec call is not supported: the child inherits that
 // codec's lock held (use the codec after the fork from the child's own Codec, or fork first).
 #include <pthread.h>
