@@ -127,8 +127,8 @@ int check_stdout(int code) {
   return code == kOk ? kOutputError : code;
 }
 
-// Ends that bypass main's error path. A library may end the process itself: libgomp calls exit(1)
-// when it cannot create its threads (ulimit -v, pids.max), and an exception escaping a worker
+// Ends that bypass main's error path. A library may end the process itself (libgomp, loaded
+// through libsoxr, calls exit(1) when it cannot create its threads: ulimit -v, pids.max), and an exception escaping a worker
 // thread (std::bad_alloc in a reader) calls std::terminate. Both are reported in the tool's words
 // with its exit codes (75 for the machine), after removing the temporaries being written.
 std::atomic<bool> g_main_returned{false};

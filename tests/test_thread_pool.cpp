@@ -4,6 +4,7 @@
 // fork() runs loops; idle workers sleep. Also run under ThreadSanitizer (scripts/test-tsan.sh).
 // No timing here.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,6 +110,36 @@ TEST_CASE("thread pool: an exception reaches the caller; the team goes on") {
   }
 }
 
+TEST_CASE("thread pool: an exception thrown on a worker reaches the caller") {
+  // chunks throw only off the caller's thread, and last a little, so that workers take some
+  const auto caller = std::this_thread::get_id();
+  int from_worker = 0;
+  for (int attempt = 0; attempt < 50 && from_worker == 0; ++attempt) {
+    auto body = [&](int64_t) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (std::this_thread::get_id() != caller) throw std::runtime_error("worker");
+    };
+    try {
+      run_parallel(64, 2, ChunkFn(body));
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()) == "worker") ++from_worker;
+    }
+  }
+  CHECK(from_worker == 1);
+}
+
+TEST_CASE("thread pool: the call returns only once every chunk has finished") {
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<std::atomic<int>> done(16);
+    auto body = [&](int64_t c) {
+      std::this_thread::sleep_for(std::chrono::microseconds(500 * (c % 4)));
+      done[size_t(c)].store(1);
+    };
+    run_parallel(16, 3, ChunkFn(body));
+    for (auto& d : done) REQUIRE(d.load() == 1);
+  }
+}
+
 TEST_CASE("thread pool: several callers at once, each with its own team") {
   std::vector<std::thread> callers;
   std::atomic<int> bad{0};
@@ -134,11 +165,14 @@ TEST_CASE("thread pool: a child of fork() runs loops on a team of its own") {
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    // the parent's workers do not exist here: a loop that waited for them would hang
+    // the parent's workers do not exist here: the child must start workers of its own (with the
+    // parent's team reused, the caller would do every chunk alone and no thread would appear)
     const std::vector<int> c = counts(64, 4);
-    bool ok = c.size() == 64 && team_workers() >= 1;
+    bool ok = c.size() == 64;
     for (int v : c) ok = ok && v == 1;
-    _exit(ok ? 0 : 1);
+    int threads = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++threads;
+    _exit(!ok ? 1 : threads < 2 ? 2 : 0);
   }
   int status = 0;
   for (int waited = 0; waited < 300 && waitpid(pid, &status, WNOHANG) == 0; ++waited)
@@ -175,4 +209,28 @@ TEST_CASE("thread pool: idle workers sleep (they do not spin forever)") {
   }
   CHECK(workers >= 2);
   CHECK(awake == 0);
+}
+
+TEST_CASE("thread pool: workers take no asynchronous signals, and the synchronous ones stay open") {
+  auto nothing = [](int64_t) {};
+  run_parallel(8, 3, ChunkFn(nothing));
+  int workers = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    const std::string tid = e.path().filename().string();
+    std::ifstream comm("/proc/self/task/" + tid + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "mimi-worker") continue;
+    ++workers;
+    std::ifstream status("/proc/self/task/" + tid + "/status");
+    unsigned long long blocked = 0;
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("SigBlk:", 0) == 0) blocked = std::stoull(line.substr(7), nullptr, 16);
+    const auto is_blocked = [&](int sig) { return (blocked >> (sig - 1)) & 1; };
+    CAPTURE(tid);
+    CHECK(is_blocked(SIGINT));
+    CHECK(is_blocked(SIGTERM));
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) CHECK_FALSE(is_blocked(sig));
+  }
+  CHECK(workers >= 2);
 }

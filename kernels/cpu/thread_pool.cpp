@@ -8,7 +8,10 @@
 // also counts it as inside), claims chunks from `next_`, and leaves. When no chunk is left to
 // claim, the master closes the seats and waits for the workers inside. So a worker that was
 // slow to wake (a busy machine: another process on its core) does not hold the master up: it
-// finds the seats closed and goes back to waiting, and the master did its share of chunks.
+// finds the seats closed and goes back to waiting, and the master did its share of chunks. (A
+// worker preempted once seated, or inside a chunk, is still waited for.) A fork() inside a chunk
+// is outside the contract. If a worker cannot be started (thread limits), the team stays at the
+// size it has: the loops run on fewer threads, with the same results.
 #include "kernels/cpu/thread_pool.h"
 
 #include <linux/futex.h>
@@ -24,6 +27,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/scratch.h"
@@ -92,13 +96,7 @@ constexpr int kMaxWorkers = 0x7FFF;
 class Team {
  public:
   Team() : epoch_(g_fork_epoch.load()) {}
-  ~Team() {
-    if (epoch_ != g_fork_epoch.load()) return;  // a team of the parent: its threads are not ours
-    stop_.store(true);
-    gen_.fetch_add(1);
-    futex_wake(&gen_, INT_MAX);
-    for (pthread_t t : threads_) pthread_join(t, nullptr);
-  }
+  ~Team();
   Team(const Team&) = delete;
   Team& operator=(const Team&) = delete;
 
@@ -109,9 +107,14 @@ class Team {
   // fewer threads, with the same results).
   int grow(int want) {
     want = std::min(want, kMaxWorkers);
+    if (int(threads_.size()) < want) threads_.reserve(size_t(want));  // no allocation once a thread runs
     while (int(threads_.size()) < want && !start_failed_) {
-      sigset_t all, old;  // workers take no signals: they go to the program's own threads
+      // workers take no asynchronous signals (SIGINT, SIGTERM...: they go to the program's own
+      // threads); the synchronous ones stay open, or a fault in a chunk would kill the process
+      // without running the crash handlers (temporaries removed, the sanitizers' reports)
+      sigset_t all, old;
       sigfillset(&all);
+      for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) sigdelset(&all, sig);
       pthread_sigmask(SIG_SETMASK, &all, &old);
       pthread_t t;
       const int err = pthread_create(&t, nullptr, &Team::worker_entry, this);
@@ -154,7 +157,7 @@ class Team {
     }
     seats_.store(0, std::memory_order_relaxed);
     body_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    if (std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
   }
 
  private:
@@ -223,6 +226,15 @@ class Team {
 };
 
 __thread Team* t_team = nullptr;  // owned by the thread's scratch set (freed at thread exit)
+
+Team::~Team() {
+  if (t_team == this) t_team = nullptr;  // a later key destructor of this thread may run kernels
+  if (epoch_ != g_fork_epoch.load()) return;  // a team of the parent: its threads are not ours
+  stop_.store(true);
+  gen_.fetch_add(1);
+  futex_wake(&gen_, INT_MAX);
+  for (pthread_t t : threads_) pthread_join(t, nullptr);
+}
 
 Team& my_team() {
   static const bool hooked = [] {

@@ -17,14 +17,15 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace mimi::cpu {
 
 // A borrowed callable (no allocation): valid for the duration of the call that receives it.
 class ChunkFn {
  public:
-  template <class F>
-  ChunkFn(F& f) : ctx_(&f), call_([](void* c, int64_t i) { (*static_cast<F*>(c))(i); }) {}
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cv_t<F>, ChunkFn>>>
+  explicit ChunkFn(F& f) : ctx_(&f), call_([](void* c, int64_t i) { (*static_cast<F*>(c))(i); }) {}
   void operator()(int64_t i) const { call_(ctx_, i); }
 
  private:
