@@ -17,7 +17,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # are excluded there, so they are not built here: about a third of the build). A test whose binary
 # is missing from this list shows as "Not Run" and fails the suite, never passes silently.
 asan_targets="mimi test_kernels test_ops test_weights test_engine test_golden test_cli test_read_ahead test_catalogue
-  test_batch test_threads fuzz_regressions test_dataset test_weights_frozen test_weights_cache test_gpu_kernels
+  test_batch test_threads test_thread_pool fuzz_regressions test_dataset test_weights_frozen test_weights_cache test_gpu_kernels
   test_gpu_emulator"
 asan_build() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DMIMI_SANITIZE=ON -DMIMI_CUDA=OFF -DMIMI_GPU_EMULATE=ON "$@" >/dev/null &&
@@ -26,6 +26,6 @@ asan_build() {
 step "ASan+UBSan build" asan_build "$@" || exit 1
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 # Two tests at a time: most of this suite is instrumented processes starting and doing file work
-# on one core (488 -> 279 s with the spin count above, 2 cores; the main suite gains little, -j1).
+# on one core (488 -> 279 s, 2 cores; the main suite gains little, -j1).
 suite sanitize build-asan --output-on-failure -j "${MIMI_SANITIZE_JOBS:-2}" -E 'golden_full|golden_devicepath|golden_gpu|streaming|cli_gpu|batch_gpu|batch_full|classes'
 if [ -n "${MIMI_SUITE_OWNER:-}" ]; then closing_line; fi
