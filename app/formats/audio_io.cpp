@@ -335,19 +335,31 @@ void downmix(const float* x, int64_t frames, int channels, int channel, float* m
   }
 }
 
-StreamResampler::StreamResampler(int from, int to) {
-  if (from == to) return;
-  // libsoxr does not check every allocation it makes: under a memory limit soxr_create can use a
-  // failed malloc and crash (SIGSEGV, in its filter design). It needs under 1 MB (measured, VHQ,
-  // 1 Hz .. 384 kHz to 24 kHz), so 4 MB are asked for first: a refusal is the machine's failure
-  // (bad_alloc: exit 75, a dataset shard left to resume), not a crash. The write keeps the
-  // compiler from dropping the malloc/free pair.
+namespace {
+
+// libsoxr does not check every allocation it makes: under a memory limit it can use a failed
+// malloc and crash (SIGSEGV), in soxr_create's filter design and in soxr_process's buffers (a
+// stream's first calls, a longer input). It needs under 1 MB at a time (measured, VHQ, 1 Hz ..
+// 384 kHz to 24 kHz), so 4 MB are asked for first, every time: a refusal is the machine's failure
+// (bad_alloc: exit 75, a dataset shard left to resume), not a crash. Freed, the 4 MB stay in this
+// thread's malloc arena (below glibc's trim threshold), where soxr's next allocations find them
+// even while another thread takes what is left of the address space (a reader thread resamples
+// while the main one builds its plan: the crash of 2026-12-07, 1 run in 3 of classes_probe3).
+// The write keeps the compiler from dropping the malloc/free pair.
+void soxr_headroom() {
   if (void* headroom = std::malloc(size_t(4) << 20)) {
     static_cast<volatile char*>(headroom)[0] = 0;
     std::free(headroom);
   } else {
     throw std::bad_alloc();
   }
+}
+
+}  // namespace
+
+StreamResampler::StreamResampler(int from, int to) {
+  if (from == to) return;
+  soxr_headroom();
   soxr_error_t err = nullptr;
   const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
   const soxr_quality_spec_t q = soxr_quality_spec(SOXR_VHQ, 0);
@@ -371,6 +383,7 @@ void StreamResampler::process(const float* in, size_t n, std::vector<float>& out
   size_t idone = 0;
   for (;;) {
     size_t used = 0, odone = 0;
+    soxr_headroom();
     soxr_process(static_cast<soxr_t>(soxr_), in ? in + idone : nullptr, in ? n - idone : 0, &used, buf, 8192, &odone);
     idone += used;
     out.insert(out.end(), buf, buf + odone);
