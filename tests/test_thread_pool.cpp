@@ -43,6 +43,19 @@ char thread_state(const std::string& tid) {
   return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
 }
 
+// The thread ids of this process's pool workers (named mimi-worker).
+std::vector<std::string> worker_tids() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    const std::string tid = e.path().filename().string();
+    std::ifstream comm("/proc/self/task/" + tid + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name == "mimi-worker") out.push_back(tid);
+  }
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("thread pool: every chunk runs exactly once, any chunk and thread count") {
@@ -195,12 +208,7 @@ TEST_CASE("thread pool: idle workers sleep (they do not spin forever)") {
   int workers = 0, awake = 0;
   for (int tries = 0; tries < 20; ++tries) {
     workers = awake = 0;
-    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-      const std::string tid = e.path().filename().string();
-      std::ifstream comm("/proc/self/task/" + tid + "/comm");
-      std::string name;
-      std::getline(comm, name);
-      if (name != "mimi-worker") continue;
+    for (const std::string& tid : worker_tids()) {
       ++workers;
       if (thread_state(tid) == 'R') ++awake;
     }
@@ -215,12 +223,7 @@ TEST_CASE("thread pool: workers take no asynchronous signals, and the synchronou
   auto nothing = [](int64_t) {};
   run_parallel(8, 3, ChunkFn(nothing));
   int workers = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    const std::string tid = e.path().filename().string();
-    std::ifstream comm("/proc/self/task/" + tid + "/comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name != "mimi-worker") continue;
+  for (const std::string& tid : worker_tids()) {
     ++workers;
     std::ifstream status("/proc/self/task/" + tid + "/status");
     unsigned long long blocked = 0;
