@@ -215,9 +215,13 @@ class Prefault {
   std::thread thread_;
 };
 
-// Whether any of n float32 values (as bits) is NaN or Inf: |x| >= 0x7f800000. Compiled for
-// AVX-512 / AVX2 / baseline and picked at run time, so it costs little next to the hash.
-__attribute__((target_clones("avx512f", "avx2", "default"))) uint32_t any_nonfinite(const uint8_t* p, size_t n) {
+// Whether any of n float32 values (as bits) is NaN or Inf: |x| >= 0x7f800000. On x86-64
+// compiled for AVX-512 / AVX2 / baseline and picked at run time (aarch64: Advanced SIMD is the
+// baseline), so it costs little next to the hash.
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+uint32_t any_nonfinite(const uint8_t* p, size_t n) {
   uint32_t bad = 0;
   for (size_t k = 0; k < n; ++k) {
     uint32_t u;

@@ -119,6 +119,9 @@ TEST_CASE("golden tiny-window/moshi") { run_config("tiny-window", Dialect::Moshi
 TEST_CASE("golden tiny-window/hf") { run_config("tiny-window", Dialect::HuggingFace, "cpu"); }
 TEST_CASE("golden full/moshi") { run_config("full", Dialect::Moshi, "cpu"); }
 TEST_CASE("golden full/hf") { run_config("full", Dialect::HuggingFace, "cpu"); }
+// The full-size model on the short cases only (up to 2 frames): every kernel at the real channel
+// counts, where a full run would take too long (the aarch64 build under qemu: scripts/test-arm64.sh).
+TEST_CASE("golden full/moshi short") { run_config("full", Dialect::Moshi, "cpu", nullptr, 2 * 1920); }
 // The naive reference kernels end to end: they too reproduce the official outputs.
 TEST_CASE("golden tiny/moshi/ref") { run_config("tiny", Dialect::Moshi, "ref"); }
 // The device plan path (what --device cuda/hip runs) on the CPU kernels.

@@ -267,14 +267,13 @@ TEST_CASE("elu: every instruction-set variant's expm1 within 2 ulp of double exp
   x.push_back(-0.0f);
   x.push_back(3.5f);
   std::vector<float> y(x.size());
-  using Fn = void (*)(int64_t, const float*, float*);
-  std::vector<std::pair<const char*, Fn>> variants{{"baseline", cpu::isa_base::elu_serial}};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) variants.push_back({"avx2", cpu::isa_avx2::elu_serial});
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
-    variants.push_back({"avx512", cpu::isa_avx512::elu_serial});
-  for (auto [name, fn] : variants) {
+  const cpu::IsaChoice* isas;
+  const int n_isas = cpu::isa_choices(&isas);
+  for (int v = 0; v < n_isas; ++v) {
+    if (!isas[v].runs_here) continue;
+    const std::string name = isas[v].kernels->name;
     CAPTURE(name);
-    fn(int64_t(x.size()), x.data(), y.data());
+    isas[v].kernels->elu_serial(int64_t(x.size()), x.data(), y.data());
     double worst = 0;
     for (size_t i = 0; i < x.size(); ++i) {
       const double want = x[i] > 0 ? double(x[i]) : std::expm1(double(x[i]));

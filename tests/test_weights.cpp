@@ -161,7 +161,11 @@ TEST_CASE("loader: the moshi and hf files load into the same model") {
 TEST_CASE("loader: float16 and bfloat16 files load as float32") {
   const GeneratedWeights w = generate_prng_weights(test_config("tiny"), 1);
   auto to_f16 = [](float x) {
+#if defined(__aarch64__)  // (GCC 12 has no _Float16 in C++ on aarch64; __fp16 is the same IEEE half)
+    __fp16 h = static_cast<__fp16>(x);
+#else
     _Float16 h = static_cast<_Float16>(x);
+#endif
     uint16_t b;
     std::memcpy(&b, &h, 2);
     return b;

@@ -57,39 +57,56 @@ inline void prefetch_span(const float* p, int64_t n) {
 // Measured float32 FMA peak of this machine with `threads` threads (GFLOP/s), using the
 // widest vector unit the GEMM dispatch picks. Takes about `seconds`.
 double measure_peak_gflops(int threads, double seconds = 0.3);
-// "avx512", "avx2" or "baseline": the micro-kernel in use.
+// The name of the kernel set in use ("avx512", "avx2", "baseline", "neon"): IsaKernels::name.
 const char* gemm_isa();
 
-// The per-ISA entry points (kernels/cpu/gemm_isa.inc compiled three times). gemv_rows is the
-// skinny (N <= 4) product behind gemm(): same arguments as gemm_serial and the same sums, bit
-// for bit, so that a column never depends on N (ops.h, column invariance).
-#define MIMI_ISA_DECLS                                                                            \
-  void gemm_serial(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool); \
-  void gemm_serial_ta(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, \
-                      bool);                                                                      \
-  void gemv_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t, bool); \
-  void gemm_serial_rows(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t, bool); \
-  void conv_direct_row(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*); \
-  void elu_serial(int64_t, const float*, float*);                                                 \
-  void gelu_serial(int64_t, const float*, float*);                                                \
-  void exp_serial(int64_t, const float*, float*);                                                 \
-  void rvq_argmin(int64_t, int64_t, const float*, const float*, int64_t, const float*, int32_t*);        \
-  int64_t packed_b_blocks(int64_t, int64_t);                                                      \
-  int64_t packed_b_block_floats(int64_t);                                                         \
-  void gemm_pack_b(int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);            \
-  void gemm_serial_prepacked(bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t, \
-                             bool);                                                               \
-  float fma_loop(int64_t iters);                                                                  \
-  int vector_width();
-namespace isa_avx512 {
-MIMI_ISA_DECLS
-}
-namespace isa_avx2 {
-MIMI_ISA_DECLS
-}
-namespace isa_base {
-MIMI_ISA_DECLS
-}
-#undef MIMI_ISA_DECLS
+// One instruction set's kernels (kernels/cpu/gemm_isa.inc and elementwise_isa.inc compiled once
+// per ISA, each file with its own -m flags from CMake). gemv_rows is the skinny (N <= 4)
+// product behind gemm(): same arguments as gemm_serial and the same sums, bit for bit, so that
+// a column never depends on N (ops.h, column invariance). The packed_b / gemm_pack_b /
+// gemm_serial_prepacked trio lets threads share one packing of B (gemm.cpp).
+using GemmFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                        bool);
+using MapFn = void (*)(int64_t, const float*, float*);
+struct IsaKernels {
+  const char* name;  // as MIMI_CPU_ISA names it
+  int vector_width;  // floats per vector register
+  GemmFn gemm_serial, gemm_serial_ta, gemv_rows;
+  void (*gemm_serial_rows)(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t,
+                           bool);
+  void (*conv_direct_row)(int64_t, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*);
+  MapFn elu_serial, gelu_serial, exp_serial;
+  void (*rvq_argmin)(int64_t, int64_t, const float*, const float*, int64_t, const float*, int32_t*);
+  int64_t (*packed_b_blocks)(int64_t N, int64_t K);
+  int64_t (*packed_b_block_floats)(int64_t N);
+  void (*gemm_pack_b)(int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);
+  void (*gemm_serial_prepacked)(bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, float*, int64_t,
+                                bool);
+  float (*fma_loop)(int64_t iters);  // iters x 12 independent vector FMAs (the peak measurement)
+};
+
+// Every kernel set this build has, widest first, with whether this CPU can run it
+// (kernels/cpu/isa.cpp). x86-64: avx512, avx2, baseline; aarch64: neon.
+struct IsaChoice {
+  const IsaKernels* kernels;
+  bool runs_here;
+};
+int isa_choices(const IsaChoice** list);
+// The set in use: the widest this CPU runs, or the one MIMI_CPU_ISA names.
+const IsaKernels& isa();
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MIMI_ISA_NAMESPACES(X) X(isa_avx512) X(isa_avx2) X(isa_base)
+#elif defined(__aarch64__)
+#define MIMI_ISA_NAMESPACES(X) X(isa_neon)
+#else
+#define MIMI_ISA_NAMESPACES(X) X(isa_base)
+#endif
+#define MIMI_ISA_DECLARE(ns) \
+  namespace ns {             \
+  extern const IsaKernels kernels; \
+  }
+MIMI_ISA_NAMESPACES(MIMI_ISA_DECLARE)
+#undef MIMI_ISA_DECLARE
 
 }  // namespace mimi::cpu

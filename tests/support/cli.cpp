@@ -51,7 +51,12 @@ const std::string& mimi_bin_dir() {
     fs::create_directories(p);
     std::error_code ec;
     fs::remove(p / "mimi", ec);
-    fs::create_symlink(mimi_binary(), p / "mimi");
+    if (std::string(MIMI_TEST_EMULATOR).empty()) {
+      fs::create_symlink(mimi_binary(), p / "mimi");
+    } else {  // a cross build (qemu-user, no binfmt_misc): `mimi` runs the binary through the emulator
+      spit(p / "mimi", "#!/bin/sh\nexec " + quote(MIMI_TEST_EMULATOR) + " " + quote(mimi_binary()) + " \"$@\"\n");
+      fs::permissions(p / "mimi", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+    }
     // removed at exit (best effort)
     static struct Cleanup {
       fs::path p;
@@ -192,6 +197,7 @@ Run Sandbox::sh(const std::string& cmd, int timeout_s) const {
 pid_t spawn_mimi(const fs::path& cwd, const std::vector<std::string>& args, const std::string& weights,
                  const fs::path& out_file, const fs::path& err_file) {
   std::vector<std::string> argv = {mimi_binary()};
+  if (!std::string(MIMI_TEST_EMULATOR).empty()) argv.insert(argv.begin(), MIMI_TEST_EMULATOR);
   argv.insert(argv.end(), args.begin(), args.end());
   const pid_t pid = ::fork();
   if (pid == 0) {
