@@ -7,13 +7,16 @@
 #      graphs), kernel sweeps, golden tiny/tiny-window and full on its short cases, streaming and
 #      the CLI on --device cuda; then the kernel tests again under ThreadSanitizer (test-tsan.sh)
 #   4. fuzz smoke: every libFuzzer target (tests/fuzz/) for 10 s from its seeds
-#   5. the Python module: `pip install .` into build/pyenv and its pytest suite (scripts/test-python.sh)
-#   6. the main build (a CUDA build where nvcc is found: then also packed as the GPU bundle and run
+#   5. the aarch64 (NEON) build, cross-compiled and run under qemu-user: kernel and vector-math
+#      sweeps, the op table's smaller cases, golden tiny/tiny-window/full-short, streaming and the CLI
+#      on tiny weights (scripts/test-arm64.sh)
+#   6. the Python module: `pip install .` into build/pyenv and its pytest suite (scripts/test-python.sh)
+#   7. the main build (a CUDA build where nvcc is found: then also packed as the GPU bundle and run
 #      through the bundle's loader, tests/bundle_test.sh) and its whole ctest suite (kernels,
 #      weights, engine, golden parity for tiny / tiny-window / full in both weight dialects,
 #      streaming, CLI, bad-input catalogue) - last, so its ctest summary is the last test-runner
 #      summary before the closing line.
-# MIMI_TEST_QUICK=1 runs only steps 5 and 6. Extra arguments go to the main ctest.
+# MIMI_TEST_QUICK=1 runs only steps 6 and 7. Extra arguments go to the main ctest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib-suite.sh
@@ -41,9 +44,10 @@ if [ "${MIMI_TEST_QUICK:-0}" != 1 ]; then
   if ! bash scripts/fuzz.sh --smoke && [ "$(wc -l <"$MIMI_SUITE_COUNTS")" -eq "$before" ]; then
     record "fuzz smoke" 0 1 0
   fi
+  bash scripts/test-arm64.sh  # the aarch64 cross build under qemu-user; records its own steps
 fi
 
-# The main build and `pip install .` (step 5) compile the same engine sources: built
+# The main build and `pip install .` (step 6) compile the same engine sources: built
 # position-independent (as the module must be), by the same compiler name (a hit needs it;
 # scikit-build-core would otherwise take Python's CXX) and through ccache where it is installed,
 # the module's build takes the main build's objects from the cache (about 30 s instead of 5 min
