@@ -16,7 +16,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Only the binaries of the suites run below (the classes sweeps, the streaming and GPU-CLI tests
 # are excluded there, so they are not built here: about a third of the build). A test whose binary
 # is missing from this list shows as "Not Run" and fails the suite, never passes silently.
-asan_targets="mimi test_kernels test_ops test_weights test_engine test_golden test_cli test_read_ahead test_catalogue
+asan_targets="mimi test_kernels test_vmath test_ops test_weights test_engine test_golden test_cli test_read_ahead test_catalogue
   test_batch test_threads test_thread_pool fuzz_regressions test_dataset test_weights_frozen test_weights_cache test_gpu_kernels
   test_gpu_emulator"
 asan_build() {
