@@ -11,16 +11,10 @@ cd "$(dirname "$0")/.."
 source scripts/lib-suite.sh
 
 install_cross() {
-  local packages=(g++-aarch64-linux-gnu qemu-user libsndfile1-dev:arm64 libsoxr-dev:arm64 libspdlog-dev:arm64
-                  libfmt-dev:arm64)
-  local missing=() p
-  for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
   local SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64 || return 1
-  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq &&
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-      "${missing[@]}"
+  bash scripts/install-deps.sh g++-aarch64-linux-gnu qemu-user libsndfile1-dev:arm64 libsoxr-dev:arm64 \
+    libspdlog-dev:arm64 libfmt-dev:arm64
 }
 
 arm64_build() {
