@@ -37,10 +37,12 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   tail.conv(m.dec_out, t);
   body.allocate(k_, s_, c.compress);
   tail.allocate(k_, tail_, c.compress);
-  size_transformer(k_, s_, c, T25, B * T25);
+  size_transformer(k_, s_, c, T25, B * T25, !uses_rings(k_));
   codes_.assign(size_t(n_q) * size_t(B * max_frames), 0);
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
-  positions_dev_ = alloc_codes(k_, size_t(B));
+  positions_dev_ = alloc_codes(k_, positions_ints(slots));  // positions, then the segment table
+  if (uses_rings(k_))
+    init_rings(k_, rings_, c, m.dec_tf.size(), slots, T25, segment_table(positions_dev_.get(), slots));
   sum_.allocate(k_, {c.q_dimension, B * max_frames});
   quantized_.allocate(k_, {c.dimension, B * max_frames});
   tmp_.allocate(k_, {c.dimension, B * max_frames});
@@ -49,7 +51,7 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   output_.allocate(k_, {1, B * T});
   for (int set = 0; set < 2; ++set) {
     codes_stage_[set].allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames));
-    positions_stage_[set].allocate(k_, positions_dev_.get(), size_t(B));
+    positions_stage_[set].allocate(k_, positions_dev_.get(), positions_ints(slots));
     output_stage_[set].allocate(k_, output_.ptr(), size_t(B * T), /*own_host=*/true);
   }
   output_view_.view(output_stage_[0].host(), B * T, {1, 0});
@@ -71,7 +73,7 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
     }
     init_state(k_, s.conv_out, m.dec_out);
     tf_.push_back(&s.tf);
-    init_state(k_, s.tf, c, m.dec_tf.size());
+    init_state(k_, s.tf, c, m.dec_tf.size(), !uses_rings(k_));
   }
   reset();
 }
@@ -146,13 +148,15 @@ void DecodePlan::submit(const int32_t* const* codes, const int64_t* frames) {
     for (int s = 0; s < slots(); ++s)
       for (int k = 0; k < n_q_; ++k)
         std::copy_n(codes[s] + k * frames_[size_t(s)], frames_[size_t(s)], staged + k * F + offset_[size_t(s)]);
-    const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_[set].host());
+    int32_t* positions = positions_stage_[set].host();
+    const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions);
+    const int64_t nseg = stage_segments(frames_, offset_, ds, positions, segment_table(positions, slots()));
     // The graph copies from and to this set's host buffers: one graph per (shape, set).
     std::vector<int64_t> key = frames_;
     key.push_back(set);
     graphs_.run(key, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the samples out: one graph
       codes_stage_[set].to_device(size_t(n_q_) * size_t(F));
-      positions_stage_[set].to_device(size_t(slots()));
+      positions_stage_[set].to_device(size_t(slots()) + sizeof(WindowSegment) / sizeof(int32_t) * size_t(nseg));
       decode_work();
       output_stage_[set].to_host(size_t(F * frame_size_));
     });
@@ -193,12 +197,12 @@ void DecodePlan::decode_work() {
       convtr_step(k_, m_.upsample, streams_[size_t(b)].up, tmp_.ptr(), n, s_.a.ptr(), s_, t);  // s_.a [D, T]
       k_.copy2d(upsampled_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
       k_.copy2d(tf_out_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
-      segments.push_back({o * ds, T, &streams_[size_t(b)].tf, positions_dev_.get() + b});
+      segments.push_back({o * ds, T, &streams_[size_t(b)].tf, positions_dev_.get() + b, b});
     }
   }
   {  // decoder transformer on every active slot's columns
     StageTimer t(profile_, "dec.transformer");
-    transformer_step(k_, c, m_.dec_tf, segments, tf_out_.ptr(), Tt, s_, t);
+    transformer_step(k_, c, m_.dec_tf, segments, tf_out_.ptr(), Tt, s_, t, rings_.R > 0 ? &rings_ : nullptr);
   }
   for (int b = 0; b < slots(); ++b)
     if (frames_[size_t(b)] > 0) seanet(b);

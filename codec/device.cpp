@@ -45,7 +45,9 @@ const GraphOps kGpuGraphs{.stream_create = gpu::stream_create,
 // no fused resblock on the GPU: the plans compose it from the ops
 const FusedOps kGpuFused{.linear_gelu = gpu::linear_gelu,
                          .linear_scale_add = gpu::linear_scale_add,
-                         .layer_norm_linear = gpu::layer_norm_linear};
+                         .layer_norm_linear = gpu::layer_norm_linear,
+                         .rope_append = gpu::rope_append,
+                         .attention_window = gpu::attention_window};
 const Kernels kGpu{MIMI_OP_TABLE(gpu), .resblock = nullptr, MIMI_MEMORY_TABLE(gpu), .host_memory = false,
                    .graphs = &kGpuGraphs, .fused = &kGpuFused};
 #endif

@@ -56,6 +56,13 @@ struct FusedOps {
                            float* y);
   void (*layer_norm_linear)(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* gamma,
                             const float* beta, float eps, bool gelu, float* stats, float* y);
+  // A batched step's RoPE, key/value append and attention for every slot at once, on per-slot
+  // key/value rings (kernels/gpu/ops.h): bitwise the per-slot rope, copies and attention.
+  void (*rope_append)(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t max_len, const WindowSegment* segs,
+                      float max_period, RopeLayout layout, float* qkv, float* ring_k, float* ring_v, int64_t R);
+  void (*attention_window)(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t max_len, const WindowSegment* segs,
+                           int64_t context, float scale, const float* q, const float* ring_k, const float* ring_v,
+                           int64_t R, float* out);
 };
 
 // The ops of kernels/ops.h as a table, so plans are written once for every backend.

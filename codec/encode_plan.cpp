@@ -36,7 +36,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25);
   head.allocate(k_, head_, c.compress);
   body.allocate(k_, s_, c.compress);
-  size_transformer(k_, s_, c, T25, B * T25);
+  size_transformer(k_, s_, c, T25, B * T25, !uses_rings(k_));
   input_.allocate(k_, {1, B * T});
   seanet_out_.allocate(k_, {c.dimension, B * T25});
   tf_out_.allocate(k_, {c.dimension, B * T25});
@@ -45,10 +45,12 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   rest_in_.allocate(k_, {c.q_dimension, B * max_frames});
   rvq_work_.allocate(k_, {rvq_work_floats(c.q_dimension, B * max_frames, c.bins)});
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
-  positions_dev_ = alloc_codes(k_, size_t(B));
+  positions_dev_ = alloc_codes(k_, positions_ints(slots));  // positions, then the segment table
+  if (uses_rings(k_))
+    init_rings(k_, rings_, c, m.enc_tf.size(), slots, T25, segment_table(positions_dev_.get(), slots));
   for (int set = 0; set < 2; ++set) {
     input_stage_[set].allocate(k_, input_.ptr(), size_t(B * T));
-    positions_stage_[set].allocate(k_, positions_dev_.get(), size_t(B));
+    positions_stage_[set].allocate(k_, positions_dev_.get(), positions_ints(slots));
     codes_stage_[set].allocate(k_, codes_dev_.get(), size_t(n_q) * size_t(B * max_frames), /*own_host=*/true);
   }
   codes_.reserve(size_t(n_q) * size_t(B * max_frames));
@@ -70,7 +72,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
     init_state(k_, s.conv_out, m.enc_out);
     init_state(k_, s.down, m.downsample);
     tf_.push_back(&s.tf);
-    init_state(k_, s.tf, c, m.enc_tf.size());
+    init_state(k_, s.tf, c, m.enc_tf.size(), !uses_rings(k_));
   }
   reset();
 }
@@ -185,13 +187,15 @@ void EncodePlan::encode(int set) {
   set_shape(first_in_, {Q, F});
   set_shape(rest_in_, {Q, F});
   if (F > 0) {
-    const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions_stage_[set].host());
+    int32_t* positions = positions_stage_[set].host();
+    const bool steady = stage_slots(tf_, frames_, ds, max_frames_, c, positions);
+    const int64_t nseg = stage_segments(frames_, offset_, ds, positions, segment_table(positions, slots()));
     // The graph copies from and to this set's host buffers: one graph per (shape, set).
     std::vector<int64_t> key = frames_;
     key.push_back(set);
     graphs_.run(key, steady && profile_ == nullptr, [&] {  // the transfers in, the compute, the codes out: one graph
       input_stage_[set].to_device(size_t(F * frame_size_));
-      positions_stage_[set].to_device(size_t(slots()));
+      positions_stage_[set].to_device(size_t(slots()) + sizeof(WindowSegment) / sizeof(int32_t) * size_t(nseg));
       encode_work();
       codes_stage_[set].to_host(size_t(n_q_) * size_t(F));
     });
@@ -216,11 +220,11 @@ void EncodePlan::encode_work() {
     if (frames_[size_t(b)] > 0) {
       seanet(b);
       segments.push_back({offset_[size_t(b)] * ds, frames_[size_t(b)] * ds, &streams_[size_t(b)].tf,
-                          positions_dev_.get() + b});
+                          positions_dev_.get() + b, b});
     }
   {  // encoder transformer (25 Hz) on every active slot's columns
     StageTimer t(profile_, "enc.transformer");
-    transformer_step(k_, c, m_.enc_tf, segments, tf_out_.ptr(), Tt, s, t);
+    transformer_step(k_, c, m_.enc_tf, segments, tf_out_.ptr(), Tt, s, t, rings_.R > 0 ? &rings_ : nullptr);
   }
   {  // downsample to the 12.5 Hz latent, slot by slot (replicate-padded stream context)
     StageTimer t(profile_, "enc.downsample");

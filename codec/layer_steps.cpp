@@ -134,8 +134,23 @@ void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x,
 // Per layer: LayerNorm, the q/k/v projection, the output projection and the MLP on all T_total
 // columns (one GEMM each); per segment, RoPE at its own position, attention against its own
 // window (the cached keys/values, then its new ones) and the window's update.
+bool uses_rings(const Kernels& k) { return k.fused && k.fused->rope_append && k.fused->attention_window; }
+
+void init_rings(const Kernels& k, TfRings& r, const Config& c, size_t layers, int slots, int64_t slot_T,
+                const WindowSegment* table) {
+  r.R = c.context - 1 + slot_T;
+  r.table = table;
+  r.k.resize(layers);
+  r.v.resize(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    r.k[l].allocate(k, {int64_t(slots), c.d_model, r.R});
+    r.v[l].allocate(k, {int64_t(slots), c.d_model, r.R});
+  }
+}
+
 void transformer_step(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
-                      const std::vector<TfSegment>& segments, float* x, int64_t Tt, Scratch& s, StageTimer& t) {
+                      const std::vector<TfSegment>& segments, float* x, int64_t Tt, Scratch& s, StageTimer& t,
+                      TfRings* rings) {
   const int64_t D = c.d_model, H = c.num_heads, hd = c.head_dim(), FF = c.dim_feedforward;
   const int64_t cap = c.context - 1;
   const float scale = 1.0f / std::sqrt(float(hd));
@@ -155,32 +170,46 @@ void transformer_step(const Kernels& k, const Config& c, const std::vector<Trans
       k.layer_norm(D, Tt, x, L.norm1_w.data, L.norm1_b.data, float(c.norm_eps), s.h.ptr());
       k.linear(D, 3 * D, Tt, L.in_proj.data, s.h.ptr(), s.qkv.ptr());
     }
-    for (const TfSegment& seg : segments) {
-      TransformerState& st = *seg.state;
-      const int64_t T = seg.length, o = seg.offset, cached = st.cached, Tk = cached + T;
-      const int64_t keep = std::min(cap, Tk);  // cached columns after this step
-      set_shape(s.qs, {D, T});
-      set_shape(s.ks, {D, T});
-      set_shape(s.os, {D, T});
-      set_shape(s.kbuf, {D, Tk});
-      set_shape(s.vbuf, {D, Tk});
-      k.copy2d(s.qs.ptr(), T, q + o, Tt, T, D);
-      k.copy2d(s.ks.ptr(), T, kn + o, Tt, T, D);
-      k.rope(H, hd, T, seg.position, float(c.max_period), RopeLayout::Interleaved, s.qs.ptr());
-      k.rope(H, hd, T, seg.position, float(c.max_period), RopeLayout::Interleaved, s.ks.ptr());
-      // keys/values: the cached steps, then the new ones
-      k.copy2d(s.kbuf.ptr(), Tk, st.k[l].ptr(), cap, cached, D);
-      k.copy2d(s.kbuf.ptr() + cached, Tk, s.ks.ptr(), T, T, D);
-      k.copy2d(s.vbuf.ptr(), Tk, st.v[l].ptr(), cap, cached, D);
-      k.copy2d(s.vbuf.ptr() + cached, Tk, vn + o, Tt, T, D);
-      // positions relative to the window's first key (only differences matter), so that a
-      // captured step's arguments hold for every step with a full window
-      k.attention(H, T, Tk, hd, cached, 0, c.context, scale, s.qs.ptr(), s.kbuf.ptr(), s.vbuf.ptr(), s.os.ptr());
-      k.copy2d(s.o.ptr() + o, Tt, s.os.ptr(), T, T, D);
-      k.copy2d(st.k[l].ptr(), cap, s.kbuf.ptr() + Tk - keep, Tk, keep, D);
-      k.copy2d(st.v[l].ptr(), cap, s.vbuf.ptr() + Tk - keep, Tk, keep, D);
-      const double window = double(std::min<int64_t>(Tk, c.context));
-      t.add_flops(4.0 * double(T) * window * double(D));
+    if (rings) {  // every segment at once, on the rings: bitwise the per-segment ops below
+      int64_t max_len = 0;
+      for (const TfSegment& seg : segments) {
+        max_len = std::max(max_len, seg.length);
+        const double window = double(std::min<int64_t>(seg.state->cached + seg.length, c.context));
+        t.add_flops(4.0 * double(seg.length) * window * double(D));
+      }
+      const int64_t n = int64_t(segments.size());
+      k.fused->rope_append(H, hd, Tt, n, max_len, rings->table, float(c.max_period), RopeLayout::Interleaved,
+                           s.qkv.ptr(), rings->k[l].ptr(), rings->v[l].ptr(), rings->R);
+      k.fused->attention_window(H, hd, Tt, n, max_len, rings->table, c.context, scale, q, rings->k[l].ptr(),
+                                rings->v[l].ptr(), rings->R, s.o.ptr());
+    } else {
+      for (const TfSegment& seg : segments) {
+        TransformerState& st = *seg.state;
+        const int64_t T = seg.length, o = seg.offset, cached = st.cached, Tk = cached + T;
+        const int64_t keep = std::min(cap, Tk);  // cached columns after this step
+        set_shape(s.qs, {D, T});
+        set_shape(s.ks, {D, T});
+        set_shape(s.os, {D, T});
+        set_shape(s.kbuf, {D, Tk});
+        set_shape(s.vbuf, {D, Tk});
+        k.copy2d(s.qs.ptr(), T, q + o, Tt, T, D);
+        k.copy2d(s.ks.ptr(), T, kn + o, Tt, T, D);
+        k.rope(H, hd, T, seg.position, float(c.max_period), RopeLayout::Interleaved, s.qs.ptr());
+        k.rope(H, hd, T, seg.position, float(c.max_period), RopeLayout::Interleaved, s.ks.ptr());
+        // keys/values: the cached steps, then the new ones
+        k.copy2d(s.kbuf.ptr(), Tk, st.k[l].ptr(), cap, cached, D);
+        k.copy2d(s.kbuf.ptr() + cached, Tk, s.ks.ptr(), T, T, D);
+        k.copy2d(s.vbuf.ptr(), Tk, st.v[l].ptr(), cap, cached, D);
+        k.copy2d(s.vbuf.ptr() + cached, Tk, vn + o, Tt, T, D);
+        // positions relative to the window's first key (only differences matter), so that a
+        // captured step's arguments hold for every step with a full window
+        k.attention(H, T, Tk, hd, cached, 0, c.context, scale, s.qs.ptr(), s.kbuf.ptr(), s.vbuf.ptr(), s.os.ptr());
+        k.copy2d(s.o.ptr() + o, Tt, s.os.ptr(), T, T, D);
+        k.copy2d(st.k[l].ptr(), cap, s.kbuf.ptr() + Tk - keep, Tk, keep, D);
+        k.copy2d(st.v[l].ptr(), cap, s.vbuf.ptr() + Tk - keep, Tk, keep, D);
+        const double window = double(std::min<int64_t>(Tk, c.context));
+        t.add_flops(4.0 * double(T) * window * double(D));
+      }
     }
     // x += scale1 * out_proj(o); h = norm2(x); ff = gelu(linear1(h)); x += scale2 * linear2(ff)
     if (k.fused) {  // the same bits without the passes over the intermediate results

@@ -35,12 +35,20 @@ struct TfSegment {
   int64_t offset = 0, length = 0;
   TransformerState* state = nullptr;
   const int32_t* position = nullptr;
+  int slot = 0;
 };
+
+// TfRings (codec/plan.h): on a backend with the windowed fused ops.
+bool uses_rings(const Kernels& k);
+void init_rings(const Kernels& k, TfRings& r, const Config& c, size_t layers, int slots, int64_t slot_T,
+                const WindowSegment* table);
 // x [D, T_total] through the transformer layers in place: the norms, projections and MLP on all
 // columns at once, RoPE and attention per segment against its own key/value window. Device work
 // only: the states' counters move on in advance_slots(), after the step (a replayed step skips this
 // host code, codec/step_graph.h).
+// With `rings` (uses_rings), the segments' windows are those rings; else each segment's state's k/v.
 void transformer_step(const Kernels& k, const Config& c, const std::vector<TransformerLayer>& layers,
-                      const std::vector<TfSegment>& segments, float* x, int64_t T_total, Scratch& s, StageTimer& t);
+                      const std::vector<TfSegment>& segments, float* x, int64_t T_total, Scratch& s, StageTimer& t,
+                      TfRings* rings);
 
 }  // namespace mimi::plan_detail

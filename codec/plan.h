@@ -83,6 +83,18 @@ struct TransformerState {
   int64_t pos = 0;           // steps processed (the RoPE offset)
 };
 
+// Every slot's key/value windows as rings, on a backend with the windowed fused ops (codec/layer_steps.h uses_rings):
+// per layer [slots, D, R], the key of absolute position p in column p mod R, with
+// R = context - 1 + the most steps a slot has in one push, so the window's cached keys and a
+// step's new ones never share a column and nothing is shifted. `table` is the step's segment
+// table in device memory (codec/plan_flight.h stage_segments), one entry per segment of
+// transformer_step, in the same order. Then RoPE, the append and attention are two launches per
+// layer for every slot, instead of a dozen per slot (TransformerState::k/v are not allocated).
+struct TfRings {
+  std::vector<Buffer> k, v;
+  int64_t R = 0;
+  const WindowSegment* table = nullptr;
+};
 // Which SEANet stages run on sub-chunks, and how long those are.
 struct SeanetSplit {
   int64_t sub_frames = 1;  // frames per sub-chunk
@@ -200,8 +212,9 @@ class EncodePlan {
   Scratch s_;     // whole-push stages
   Scratch head_;  // the sub-chunked SEANet head
   std::vector<EncodeStream> streams_;
-  std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
+  std::shared_ptr<int32_t> positions_dev_;  // [slots] each slot's RoPE position, then the step's segment table
   std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf
+  TfRings rings_;  // every slot's key/value windows, where the backend has the windowed ops (R > 0)
   // a step's transfers (codec/step_graph.h Staged), per staging set: samples in, positions in,
   // codes out
   Staged<float> input_stage_[2];
@@ -275,8 +288,9 @@ class DecodePlan {
   Scratch s_;     // whole-push stages
   Scratch tail_;  // the sub-chunked SEANet tail
   std::vector<DecodeStream> streams_;
-  std::shared_ptr<int32_t> positions_dev_;  // [slots]: each slot's RoPE position, on the device
+  std::shared_ptr<int32_t> positions_dev_;  // [slots] each slot's RoPE position, then the step's segment table
   std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf
+  TfRings rings_;  // every slot's key/value windows, where the backend has the windowed ops (R > 0)
   // a step's transfers (codec/step_graph.h Staged), per staging set: codes and positions in,
   // samples out (host memory of their own: a collected step's samples outlive the next submit)
   Staged<int32_t> codes_stage_[2], positions_stage_[2];

@@ -68,6 +68,15 @@ bool stage_slots(const std::vector<TransformerState*>& tf, const std::vector<int
   return steady;
 }
 
+int64_t stage_segments(const std::vector<int64_t>& frames, const std::vector<int64_t>& offsets, int64_t ds,
+                       const int32_t* positions, WindowSegment* table) {
+  int64_t n = 0;
+  for (size_t s = 0; s < frames.size(); ++s)
+    if (frames[s] > 0)  // int32: a step's columns are bounded by the plan's buffers, positions by stage_slots
+      table[n++] = {int32_t(offsets[s] * ds), int32_t(frames[s] * ds), positions[s], int32_t(s)};
+  return n;
+}
+
 void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
                    const Config& c) {
   for (size_t s = 0; s < tf.size(); ++s) {

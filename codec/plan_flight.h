@@ -16,6 +16,12 @@ namespace mimi::plan_detail {
 // captured). Throws Error(Input) for a stream that would pass int32 within this step.
 bool stage_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
                  int64_t max_frames, const Config& c, int32_t* positions);
+// And its segment table (kernels/ops.h WindowSegment), for the windowed fused ops
+// (codec/layer_steps.h TfRings): one entry per active slot in slot order (the transformer's
+// segments), its columns (offsets and frames of ds steps each) and position (as staged by
+// stage_slots into `positions`). Returns the number of entries.
+int64_t stage_segments(const std::vector<int64_t>& frames, const std::vector<int64_t>& offsets, int64_t ds,
+                       const int32_t* positions, WindowSegment* table);
 // After it: the active slots' windows and positions moved on.
 void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
                    const Config& c);

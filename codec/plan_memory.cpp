@@ -102,21 +102,24 @@ void ScratchSizer::allocate(const Kernels& k, Scratch& s, int compress) const {
   s.full.allocate(k, {full});
 }
 
-void size_transformer(const Kernels& k, Scratch& s, const Config& c, int64_t slot_T, int64_t total_T) {
+void size_transformer(const Kernels& k, Scratch& s, const Config& c, int64_t slot_T, int64_t total_T,
+                      bool per_slot_windows) {
   const int64_t D = c.d_model, Tk = c.context - 1 + slot_T;
   s.h.allocate(k, {D, total_T});
   s.qkv.allocate(k, {3 * D, total_T});
   s.o.allocate(k, {D, total_T});
   s.ff.allocate(k, {c.dim_feedforward, total_T});
+  s.stats.allocate(k, {2, total_T});
+  if (!per_slot_windows) return;
   s.kbuf.allocate(k, {D, Tk});
   s.vbuf.allocate(k, {D, Tk});
   s.qs.allocate(k, {D, slot_T});
   s.ks.allocate(k, {D, slot_T});
   s.os.allocate(k, {D, slot_T});
-  s.stats.allocate(k, {2, total_T});
 }
 
-void init_state(const Kernels& k, TransformerState& st, const Config& c, size_t layers) {
+void init_state(const Kernels& k, TransformerState& st, const Config& c, size_t layers, bool per_slot_windows) {
+  if (!per_slot_windows) return;
   st.k.resize(layers);
   st.v.resize(layers);
   for (size_t l = 0; l < layers; ++l) {

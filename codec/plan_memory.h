@@ -31,7 +31,8 @@ void check_placement(const Model& m, const Kernels& k);
 // overlap, a transformer's key/value windows.
 void init_state(const Kernels& k, ConvState& st, const Conv& c);
 void init_state(const Kernels& k, ConvTrState& st, const ConvTr& c);
-void init_state(const Kernels& k, TransformerState& st, const Config& c, size_t layers);
+// (per_slot_windows false: the windows live in the plan's rings, codec/plan.h TfRings)
+void init_state(const Kernels& k, TransformerState& st, const Config& c, size_t layers, bool per_slot_windows);
 
 std::vector<const float*> book_ptrs(const QuantizerGroup& g, int n, bool sq);
 
@@ -44,8 +45,16 @@ struct ScratchSizer {
   void resblocks(const std::vector<ResBlock>& res, int64_t t);
   void allocate(const Kernels& k, Scratch& s, int compress) const;
 };
-// Transformer buffers for `slot_T` steps per slot and `total_T` steps in all.
-void size_transformer(const Kernels& k, Scratch& s, const Config& c, int64_t slot_T, int64_t total_T);
+// Transformer buffers for `slot_T` steps per slot and `total_T` steps in all (per_slot_windows:
+// also one slot's window and queries, for the per-segment attention).
+void size_transformer(const Kernels& k, Scratch& s, const Config& c, int64_t slot_T, int64_t total_T,
+                      bool per_slot_windows);
+// The step's staged positions [slots] followed by its segment table [slots] (stage_segments), as
+// int32: the size of the plan's positions buffer, and where the table starts in it.
+inline size_t positions_ints(int slots) { return size_t(slots) * (1 + sizeof(WindowSegment) / sizeof(int32_t)); }
+inline WindowSegment* segment_table(int32_t* positions, int slots) {
+  return reinterpret_cast<WindowSegment*>(positions + slots);
+}
 
 // A device buffer's contents in host memory (the buffer itself for host backends).
 const Buffer& host_copy(const Kernels& k, const Buffer& b, std::map<std::string, Buffer>& copies,

@@ -70,6 +70,16 @@ struct ConvTranspose1dShape {
   int64_t length_out() const { return (length_in - 1) * stride + kernel - trim_right(); }
 };
 
+// One stream slot's part of a batched step, for the windowed GPU ops (kernels/gpu/ops.h
+// rope_append, attention_window): its columns [offset, offset + length) of the step's [C, T_total]
+// signals, the absolute position of its first column (the RoPE position; keys are kept by
+// absolute position) and the slot whose key/value ring it reads and appends to. A table of them
+// lives in the backend's memory (int32 x 4 each), written per step: a captured step replays it.
+struct WindowSegment {
+  int32_t offset = 0, length = 0, position = 0, slot = 0;
+};
+static_assert(sizeof(WindowSegment) == 4 * sizeof(int32_t), "staged as int32 quadruples");
+
 // rvq_encode's workspace: the residual [Q, F], the dot products [bins, F] and |r|^2 [F].
 inline int64_t rvq_work_floats(int64_t Q, int64_t F, int64_t bins) { return (Q + bins + 1) * F; }
 

@@ -132,6 +132,15 @@ def op_time(op):
         waves = math.ceil(blocks / (SMS * BLOCKS_PER_SM * 4))
         kv = 4 * 2 * op["H"] * op["hd"] * op["Tk"]
         return max(cyc(waves * (MEM_LAT + keys * per_key)), hbm(kv)), 1, "attention"
+    if k == "attention_window":
+        # the same per-query kernel over every slot's segment at once (grid.z = segments), keys
+        # read from the slot's ring; a steady window holds `context` keys
+        keys = min(op["ring"], op["context"])
+        per_key = op["hd"] * FMA_LAT + 40 + op["hd"]
+        blocks = math.ceil(op["max_len"] / 64) * op["H"] * op["segments"]
+        waves = math.ceil(blocks / (SMS * BLOCKS_PER_SM * 4))
+        kv = 4 * 2 * op["H"] * op["hd"] * op["segments"] * min(op["ring"], op["context"] + op["max_len"])
+        return max(cyc(waves * (MEM_LAT + keys * per_key)), hbm(kv)), 1, "attention"
     if k == "rvq_encode":
         Q, F, bins, n = op["Q"], op["F"], op["bins"], op["n"]
         # per codebook: the dot products as a GEMM (tiled, or split-K at few frames: all SMs), then
@@ -151,6 +160,9 @@ def op_time(op):
     if k == "rope":
         n = op["H"] * op["hd"] * op["T"]
         return max(cyc(MEM_LAT + 60), hbm(8 * n)), 1, "elementwise"
+    if k == "rope_append":  # q rotated in place, k rotated and v copied into the rings: 3 reads, 3 writes
+        n = op["H"] * op["hd"] * op["T"]
+        return max(cyc(MEM_LAT + 60), hbm(24 * n)), 1, "elementwise"
     if "n" in op:  # elu, gelu, add, bias, scale_add, fill, copy2d, add2d: one pass over n floats
         return max(cyc(MEM_LAT), hbm(12 * op["n"])), 1, "elementwise"
     raise SystemExit(f"gpu_model: no cost for op {k}")

@@ -216,6 +216,78 @@ TEST_CASE("gpu attention: a query's output does not depend on the call") {
   CHECK(count_differ(step.host(), all.host(), rows, T, T - Tq, Tq) == 0);
 }
 
+TEST_CASE("gpu attention_window: every slot's step equals its own rope and attention, bitwise") {
+  // Slots stream steps of 0..maxT columns (0: idle) side by side; the windowed ops (one launch
+  // each for every slot, keys and values in per-slot rings) must give each slot's rotated
+  // queries and attention output bitwise as the per-slot path of the plans: rope at the slot's
+  // position, then attention over its cached keys and its new ones laid out in order. Positions
+  // pass the window and wrap the ring many times; both kernels (head_dim 64: tiled; 8: generic).
+  struct Case {
+    int64_t hd, ctx, maxT, steps;
+  };
+  for (const Case cs : {Case{64, 12, 3, 14}, Case{8, 5, 4, 12}, Case{64, 3, 70, 4}, Case{8, 1, 2, 6}}) {
+    CAPTURE(cs.hd); CAPTURE(cs.ctx); CAPTURE(cs.maxT);
+    Rng r(uint64_t(21 + cs.hd + cs.ctx));
+    const int64_t H = 2, hd = cs.hd, D = H * hd, S = 3, R = cs.ctx - 1 + cs.maxT, cap = cs.ctx - 1;
+    const float scale = 1.0f / std::sqrt(float(hd)), period = 10000.0f;
+    Dev rk(size_t(S * D * R)), rv(size_t(S * D * R));
+    std::vector<std::vector<float>> hk(S), hv(S);  // per slot, [D][position]: its rotated keys and values so far
+    std::vector<int64_t> pos(S, 0);
+    int32_t* dpos = gpu::alloc_i32(1);
+    int32_t* dseg = gpu::alloc_i32(size_t(4 * S));
+    for (int64_t step = 0; step < cs.steps; ++step) {
+      CAPTURE(step);
+      std::vector<WindowSegment> segs;
+      int64_t Tt = 0, max_len = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t T = r.small_int(0, int(cs.maxT));
+        if (T == 0) continue;
+        segs.push_back({int32_t(Tt), int32_t(T), int32_t(pos[size_t(s)]), int32_t(s)});
+        Tt += T;
+        max_len = std::max(max_len, T);
+      }
+      if (segs.empty()) continue;
+      const auto qkv = random_vec(size_t(3 * D * Tt), r, -2, 2);
+      Dev dqkv(qkv), out(size_t(D * Tt));
+      gpu::upload_i32(dseg, reinterpret_cast<const int32_t*>(segs.data()), 4 * segs.size());
+      const auto* table = reinterpret_cast<const WindowSegment*>(dseg);
+      gpu::rope_append(H, hd, Tt, int64_t(segs.size()), max_len, table, period, RopeLayout::Interleaved, dqkv.p, rk.p,
+                       rv.p, R);
+      gpu::attention_window(H, hd, Tt, int64_t(segs.size()), max_len, table, cs.ctx, scale, dqkv.p, rk.p, rv.p, R,
+                            out.p);
+      const auto got_q = dqkv.host(), got_o = out.host();
+      for (const WindowSegment& sg : segs) {
+        const int64_t T = sg.length, o = sg.offset, p = sg.position, s = sg.slot;
+        CAPTURE(s);
+        const int32_t p32 = int32_t(p);
+        gpu::upload_i32(dpos, &p32, 1);
+        Dev qs(columns(qkv, 3 * D, Tt, o, T));  // rows [0, D): q; [D, 2D): k
+        gpu::rope(H, hd, T, dpos, period, RopeLayout::Interleaved, qs.p);
+        gpu::rope(H, hd, T, dpos, period, RopeLayout::Interleaved, qs.p + D * T);
+        const auto rot = qs.host();
+        CHECK(count_differ(std::vector<float>(rot.begin(), rot.begin() + D * T), got_q, D, Tt, o, T) == 0);
+        auto& K = hk[size_t(s)];
+        auto& V = hv[size_t(s)];
+        const int64_t n0 = p;  // positions held so far
+        std::vector<float> nk(size_t(D * (n0 + T))), nv(nk.size());
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t j = 0; j < n0 + T; ++j) {
+            nk[size_t(d * (n0 + T) + j)] = j < n0 ? K[size_t(d * n0 + j)] : rot[size_t((D + d) * T + j - n0)];
+            nv[size_t(d * (n0 + T) + j)] = j < n0 ? V[size_t(d * n0 + j)] : qkv[size_t((2 * D + d) * Tt + o + j - n0)];
+          }
+        K.swap(nk), V.swap(nv);
+        const int64_t cached = std::min(cap, p), Tk = cached + T;
+        Dev kb(columns(K, D, p + T, p - cached, Tk)), vb(columns(V, D, p + T, p - cached, Tk)), os(size_t(D * T));
+        gpu::attention(H, T, Tk, hd, cached, 0, cs.ctx, scale, qs.p, kb.p, vb.p, os.p);
+        CHECK(count_differ(os.host(), got_o, D, Tt, o, T) == 0);
+        pos[size_t(s)] += T;
+      }
+    }
+    gpu::release(dpos);
+    gpu::release(dseg);
+  }
+}
+
 TEST_CASE("gpu layer norm: a column range alone gives the whole's bits") {
   // batched == alone; blocks own 32 columns: partial last blocks, C below and above the 8 lanes
   Rng r(3);

@@ -79,6 +79,15 @@ void t_layer_norm_linear(int64_t in, int64_t out, int64_t T, const float*, const
                          bool gelu, float*, float*) {
   rec({{"op", "layer_norm_linear"}, {"M", out}, {"N", T}, {"K", in}, {"gelu", gelu}});
 }
+void t_rope_append(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t max_len, const WindowSegment*, float,
+                   RopeLayout, float*, float*, float*, int64_t R) {
+  rec({{"op", "rope_append"}, {"H", H}, {"hd", hd}, {"T", Tt}, {"segments", nseg}, {"max_len", max_len}, {"ring", R}});
+}
+void t_attention_window(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t max_len, const WindowSegment*,
+                        int64_t context, float, const float*, const float*, const float*, int64_t R, float*) {
+  rec({{"op", "attention_window"}, {"H", H}, {"hd", hd}, {"T", Tt}, {"segments", nseg}, {"max_len", max_len},
+       {"context", context}, {"ring", R}});
+}
 // ---- memory: real (host memory), the device-side copies recorded as the kernels they are
 void t_copy2d(float* dst, int64_t dp, const float* src, int64_t sp, int64_t w, int64_t rows) {
   rec({{"op", "copy2d"}, {"n", w * rows}});
@@ -111,7 +120,9 @@ void t_download_i32(int32_t* dst, const int32_t* src, size_t n) {
 
 const FusedOps kTraceFused{.linear_gelu = t_linear_gelu,
                            .linear_scale_add = t_linear_scale_add,
-                           .layer_norm_linear = t_layer_norm_linear};
+                           .layer_norm_linear = t_layer_norm_linear,
+                           .rope_append = t_rope_append,
+                           .attention_window = t_attention_window};
 const Kernels kTrace{.gemm = t_gemm,
                      .conv1d = t_conv1d,
                      .conv_transpose1d = t_convtr,

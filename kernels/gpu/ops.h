@@ -27,6 +27,25 @@ void linear_scale_add(int64_t in, int64_t out, int64_t T, const float* W, const 
 void layer_norm_linear(int64_t in, int64_t out, int64_t T, const float* W, const float* x, const float* gamma,
                        const float* beta, float eps, bool gelu, float* stats, float* y);
 
+// The transformer's per-slot attention work of a batched step as two launches for every slot
+// (codec/device.h FusedOps), on key/value rings: slot s's keys and values live in
+// ring_k/ring_v [slots, H*hd, R], the key of absolute position p in column p mod R, so a window
+// never moves (R >= context - 1 + the most columns a slot has in a step: the window's cached keys
+// and the step's new ones never share a column). segs: nseg WindowSegment in device memory,
+// max_len >= every segment's length.
+//   rope_append: qkv [3*H*hd, Tt] (q, k, v rows): RoPE on each segment's q columns in place (as
+//   rope() at the segment's position, bitwise), its k columns rotated into its slot's ring_k and
+//   its v columns copied into ring_v.
+void rope_append(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t max_len, const WindowSegment* segs,
+                 float max_period, RopeLayout layout, float* qkv, float* ring_k, float* ring_v, int64_t R);
+//   attention_window: out [H*hd, Tt] (not q) = for each segment's queries (q [H*hd, Tt],
+//   rotated) attention over its slot's ring: query t at absolute position p = position + t sees
+//   the keys of positions max(0, p - context + 1) .. p. Bitwise attention() over the same keys
+//   laid out in order (the same kernels, reading the ring).
+void attention_window(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t max_len, const WindowSegment* segs,
+                      int64_t context, float scale, const float* q, const float* ring_k, const float* ring_v,
+                      int64_t R, float* out);
+
 // 0 when there is no usable device (never throws); `why` gets the runtime's own words when it
 // failed to count (an old driver, no driver, a busy device), so that is never read as "0 devices".
 int device_count(std::string* why = nullptr);
