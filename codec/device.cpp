@@ -47,7 +47,8 @@ const FusedOps kGpuFused{.linear_gelu = gpu::linear_gelu,
                          .linear_scale_add = gpu::linear_scale_add,
                          .layer_norm_linear = gpu::layer_norm_linear,
                          .rope_append = gpu::rope_append,
-                         .attention_window = gpu::attention_window};
+                         .attention_window = gpu::attention_window,
+                         .conv1d_segments = gpu::conv1d_segments};
 const Kernels kGpu{MIMI_OP_TABLE(gpu), .resblock = nullptr, MIMI_MEMORY_TABLE(gpu), .host_memory = false,
                    .graphs = &kGpuGraphs, .fused = &kGpuFused};
 #endif

@@ -63,6 +63,10 @@ struct FusedOps {
   void (*attention_window)(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t max_len, const WindowSegment* segs,
                            int64_t context, float scale, const float* q, const float* ring_k, const float* ring_v,
                            int64_t R, float* out);
+  // A batched step's causal conv over every slot's columns at once, each segment with its slot's
+  // context in one [slots, Cin, P] buffer, advanced after (kernels/gpu/ops.h conv1d_segments).
+  void (*conv1d_segments)(const Conv1dShape& s, int64_t nseg, const WindowSegment* segs, const float* x,
+                          const float* w, const float* bias, float* y, bool accumulate, float* contexts);
 };
 
 // The ops of kernels/ops.h as a table, so plans are written once for every backend.

@@ -20,8 +20,10 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   check_placement(m, kernels);
   const int64_t B = slots, T = max_frames * frame_size_, T25 = max_frames * c.downsample_stride();
   split_ = seanet_split(m);
+  together_ = uses_segments(k_) && max_frames <= split_.sub_frames;
+  const int64_t W = together_ ? B : 1;  // the slots whose columns the scratch holds at once
   ScratchSizer head, body;
-  int64_t t = std::min(split_.sub_frames, max_frames) * frame_size_, tw = T;
+  int64_t t = std::min(split_.sub_frames, max_frames) * frame_size_ * W, tw = T * W;
   head.conv(m.enc_in, t);
   for (size_t b = 0; b < m.enc.size(); ++b) {
     ScratchSizer& z = b < split_.enc_head ? head : body;
@@ -31,9 +33,9 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
     t /= m.enc[b].down.shape.stride;
     tw /= m.enc[b].down.shape.stride;
   }
-  body.conv(m.enc_out, T25);
-  body.conv(m.downsample, T25);
-  body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25);
+  body.conv(m.enc_out, T25 * W);
+  body.conv(m.downsample, T25 * W);
+  body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25 * W);
   head.allocate(k_, head_, c.compress);
   body.allocate(k_, s_, c.compress);
   size_transformer(k_, s_, c, T25, B * T25, !uses_rings(k_));
@@ -73,6 +75,22 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
     init_state(k_, s.down, m.downsample);
     tf_.push_back(&s.tf);
     init_state(k_, s.tf, c, m.enc_tf.size(), !uses_rings(k_));
+  }
+  if (together_) {  // each conv's contexts of every slot in one buffer
+    auto share = [&](const Conv& conv, auto member) {
+      std::vector<ConvState*> all;
+      for (EncodeStream& st : streams_) all.push_back(&member(st));
+      share_contexts(k_, slot_contexts_.emplace_back(), all, conv);
+    };
+    share(m.enc_in, [](EncodeStream& st) -> ConvState& { return st.conv_in; });
+    for (size_t b = 0; b < m.enc.size(); ++b) {
+      const size_t nr = m.enc[b].res.size();
+      for (size_t i = 0; i < nr; ++i)
+        share(m.enc[b].res[i].conv1, [&](EncodeStream& st) -> ConvState& { return st.res[b * nr + i]; });
+      share(m.enc[b].down, [&](EncodeStream& st) -> ConvState& { return st.stride[b]; });
+    }
+    share(m.enc_out, [](EncodeStream& st) -> ConvState& { return st.conv_out; });
+    share(m.downsample, [](EncodeStream& st) -> ConvState& { return st.down; });
   }
   reset();
 }
@@ -177,6 +195,64 @@ void EncodePlan::seanet(int slot) {
   k_.copy2d(tf_out_.ptr() + o, Tt, s.a.ptr(), T, T, D);
 }
 
+bool EncodePlan::segments_together() const {
+  if (!together_) return false;
+  int64_t n = 0;
+  for (int64_t f : frames_)
+    if (f > 0 && n > 0 && f != n) return false;
+    else if (f > 0) n = f;
+  return n > 0;
+}
+
+// seanet() for every active slot at once: their samples side by side in input_ (equal lengths,
+// one sub-chunk) through each layer in one conv over all their columns, each segment with its
+// slot's context; the results are the slots' columns of seanet_out_ and tf_out_ as they lie.
+void EncodePlan::seanet_segments() {
+  std::vector<EncodeStream*> act;
+  int64_t n = 0;
+  for (int b = 0; b < slots(); ++b)
+    if (frames_[size_t(b)] > 0) act.push_back(&streams_[size_t(b)]), n = frames_[size_t(b)];
+  const int64_t S = int64_t(act.size());
+  const WindowSegment* table = segment_table(positions_dev_.get(), slots());
+  auto states = [&](auto member) {
+    std::vector<ConvState*> v;
+    for (EncodeStream* st : act) v.push_back(&member(*st));
+    return v;
+  };
+  int64_t T = n * frame_size_, C = m_.enc_in.shape.out_channels;
+  {
+    StageTimer timer(profile_, "enc.seanet.conv_in");
+    T = conv_step_segments(k_, m_.enc_in, S, states([](EncodeStream& st) -> ConvState& { return st.conv_in; }), table,
+                           input_.ptr(), T, head_.a.ptr(), timer);
+  }
+  auto block_all = [&](size_t b, Scratch& sc) {
+    const EncoderStage& stage = m_.enc[b];
+    const size_t nr = stage.res.size();
+    StageTimer t(profile_, "enc.seanet.block" + std::to_string(b + 1));
+    for (size_t i = 0; i < nr; ++i) {  // the resblock as resblock_step composes it
+      const ResBlock& r = stage.res[i];
+      conv_step_segments(k_, r.conv1, S, states([&](EncodeStream& st) -> ConvState& { return st.res[b * nr + i]; }),
+                         table, sc.a.ptr(), T, sc.c.ptr(), t, false, /*elu_input=*/true);
+      k_.elu(r.conv1.shape.out_channels * S * T, sc.c.ptr(), sc.c.ptr());
+      conv_step_segments(k_, r.conv2, S, {}, table, sc.c.ptr(), T, sc.a.ptr(), t, /*accumulate=*/true);
+    }
+    T = conv_step_segments(k_, stage.down, S, states([&](EncodeStream& st) -> ConvState& { return st.stride[b]; }),
+                           table, sc.a.ptr(), T, sc.b.ptr(), t, false, /*elu_input=*/true);
+    std::swap(sc.a, sc.b);
+    C = stage.down.shape.out_channels;
+  };
+  for (size_t b = 0; b < split_.enc_head; ++b) block_all(b, head_);
+  k_.copy2d(s_.a.ptr(), S * T, head_.a.ptr(), S * T, S * T, C);
+  for (size_t b = split_.enc_head; b < m_.enc.size(); ++b) block_all(b, s_);
+  StageTimer t(profile_, "enc.seanet.conv_out");
+  k_.elu(C * S * T, s_.a.ptr(), s_.b.ptr());
+  T = conv_step_segments(k_, m_.enc_out, S, states([](EncodeStream& st) -> ConvState& { return st.conv_out; }), table,
+                         s_.b.ptr(), T, s_.a.ptr(), t);  // s_.a [D, S*T]: the slots' columns side by side
+  const int64_t D = m_.cfg.dimension;
+  k_.copy2d(seanet_out_.ptr(), S * T, s_.a.ptr(), S * T, S * T, D);
+  k_.copy2d(tf_out_.ptr(), S * T, s_.a.ptr(), S * T, S * T, D);
+}
+
 void EncodePlan::encode(int set) {
   const Config& c = m_.cfg;
   const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
@@ -215,10 +291,12 @@ void EncodePlan::encode_work() {
   const Config& c = m_.cfg;
   Scratch& s = s_;
   const int64_t F = total_, ds = c.downsample_stride(), Tt = F * ds, D = c.dimension, Q = c.q_dimension;
+  const bool together = segments_together();
+  if (together) seanet_segments();
   std::vector<TfSegment> segments;
   for (int b = 0; b < slots(); ++b)
     if (frames_[size_t(b)] > 0) {
-      seanet(b);
+      if (!together) seanet(b);
       segments.push_back({offset_[size_t(b)] * ds, frames_[size_t(b)] * ds, &streams_[size_t(b)].tf,
                           positions_dev_.get() + b, b});
     }
@@ -228,7 +306,14 @@ void EncodePlan::encode_work() {
   }
   {  // downsample to the 12.5 Hz latent, slot by slot (replicate-padded stream context)
     StageTimer t(profile_, "enc.downsample");
-    for (int b = 0; b < slots(); ++b) {
+    if (together) {  // every slot's columns of tf_out_ -> its columns of latent_, as they lie
+      std::vector<ConvState*> down;
+      for (int b = 0; b < slots(); ++b)
+        if (frames_[size_t(b)] > 0) down.push_back(&streams_[size_t(b)].down);
+      conv_step_segments(k_, m_.downsample, int64_t(segments.size()), down, segment_table(positions_dev_.get(), slots()),
+                         tf_out_.ptr(), segments.front().length, latent_.ptr(), t);
+    }
+    for (int b = 0; b < slots() && !together; ++b) {
       const int64_t n = frames_[size_t(b)], T = n * ds;
       if (n == 0) continue;
       k_.copy2d(s.a.ptr(), T, tf_out_.ptr() + offset_[size_t(b)] * ds, Tt, T, D);

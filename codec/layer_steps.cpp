@@ -67,6 +67,43 @@ int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x
   return sh.length_out();
 }
 
+bool uses_segments(const Kernels& k) { return k.fused && k.fused->conv1d_segments; }
+
+void share_contexts(const Kernels& k, Buffer& base, const std::vector<ConvState*>& slots, const Conv& c) {
+  const int64_t Cin = c.shape.in_channels, P = c.shape.context();
+  if (P == 0 || slots.empty()) return;
+  base.allocate(k, {int64_t(slots.size()), Cin, P});
+  for (size_t s = 0; s < slots.size(); ++s) {
+    slots[s]->hist.view(base.ptr() + int64_t(s) * Cin * P, Cin * P, {Cin, P});
+    slots[s]->slots_base = base.ptr();
+  }
+}
+
+int64_t conv_step_segments(const Kernels& k, const Conv& c, int64_t nseg, const std::vector<ConvState*>& states,
+                           const WindowSegment* table, const float* x, int64_t T, float* y, StageTimer& t,
+                           bool accumulate, bool elu_input) {
+  Conv1dShape sh = c.shape;
+  sh.length_in = T;
+  sh.elu_input = elu_input;
+  const int64_t P = sh.context(), Cin = sh.in_channels;
+  float* contexts = nullptr;
+  if (P > 0) {
+    for (int64_t i = 0; i < nseg; ++i) {  // a stream's first chunk: its padding as context, as conv_step
+      ConvState& st = *states[size_t(i)];
+      if (st.started) continue;
+      if (sh.pad == PadMode::Replicate)
+        for (int64_t j = 0; j < P; ++j) k.copy2d(st.hist.ptr() + j, P, x + i * T, nseg * T, 1, Cin);
+      else k.fill(st.hist.ptr(), Cin * P, 0.0f);
+      st.started = true;
+    }
+    contexts = states.front()->slots_base;
+    if (!contexts) throw Error(ErrorKind::Internal, "conv_step_segments: contexts not shared (share_contexts)");
+  }
+  k.fused->conv1d_segments(sh, nseg, table, x, c.weight.data, opt(c.bias), y, accumulate, contexts);
+  t.add_flops(double(nseg) * conv_flops(sh));
+  return sh.length_out();
+}
+
 // y [Cout, T*stride] = convtr(x [Cin, T]) plus the overlap carried from the previous chunk. The
 // kernel writes the trimmed output (bias included) straight into y; the trimmed-off tail, which
 // only the last ceil(K/stride) inputs reach, is recomputed from those few columns (bias-free)

@@ -22,6 +22,19 @@ inline const float* opt(const Tensor& t) { return t.empty() ? nullptr : t.data; 
 // Returns T_out.
 int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x, int64_t T, float* y,
                   StageTimer& t, bool accumulate = false, bool elu_input = false);
+// conv_step for nseg streams at once, on a backend with conv1d_segments (uses_segments): x
+// [Cin, nseg * T] holds segment i's T inputs in columns [i*T, (i+1)*T), y [Cout, nseg * T_out]
+// likewise; segment i continues the stream whose state is states[i] (the step's segment table
+// `table` in device memory names its slot; every slot's context of this conv in one buffer:
+// share_contexts). Unused when the conv has no context (states may then be empty). Every column
+// is bitwise what conv_step gives that stream alone. Returns T_out.
+int64_t conv_step_segments(const Kernels& k, const Conv& c, int64_t nseg, const std::vector<ConvState*>& states,
+                           const WindowSegment* table, const float* x, int64_t T, float* y, StageTimer& t,
+                           bool accumulate = false, bool elu_input = false);
+bool uses_segments(const Kernels& k);
+// Lays one conv's contexts of every slot out in one [slots, Cin, P] buffer `base` (kept by the
+// plan): each slot's hist becomes a view of its part (nothing when the conv has no context).
+void share_contexts(const Kernels& k, Buffer& base, const std::vector<ConvState*>& slots, const Conv& c);
 // y [Cout, T*stride] = convtr(x [Cin, T]) plus the overlap carried in `st`. Returns T*stride.
 int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const float* x, int64_t T, float* y,
                     Scratch& s, StageTimer& t);

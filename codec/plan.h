@@ -70,6 +70,10 @@ class Buffer {
 struct ConvState {  // a causal conv's (or resblock's) left context: its last P inputs
   Buffer hist, next;  // [Cin, P]: the current context, and the next one being built
   bool started = false;
+  // Where the plan keeps this conv's contexts of every slot in one [slots, Cin, P] buffer (for a
+  // conv over all slots at once, codec/layer_steps.h conv_step_segments): slot 0's; hist is a
+  // view of this slot's part. nullptr: hist is a buffer of its own.
+  float* slots_base = nullptr;
 };
 
 struct ConvTrState {  // the overlap of a transposed conv not yet complete
@@ -192,6 +196,10 @@ class EncodePlan {
   void encode(int set);                    // input_stage_[set] holds the active slots' samples
   void encode_work();                      // encode()'s device work (captured, codec/step_graph.h)
   void seanet(int slot);                   // its input -> its columns of seanet_out_ and tf_out_
+  // Every active slot's SEANet at once (its frames all equal, one sub-chunk): the same results
+  // as seanet() slot by slot, in a few launches per layer (a backend with conv1d_segments).
+  void seanet_segments();
+  bool segments_together() const;  // this step can take seanet_segments()
   // encoder block b on sc.a [C, T] in place (T and C updated)
   void block(EncodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T);
 
@@ -211,6 +219,11 @@ class EncodePlan {
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch head_;  // the sub-chunked SEANet head
+  // Steps whose slots all push the same frames, at most one sub-chunk, run the SEANet and the
+  // downsampling on every slot at once (a streaming plan on a GPU): then the scratch holds every
+  // slot's columns and each conv's contexts of all slots are one buffer.
+  bool together_ = false;
+  std::vector<Buffer> slot_contexts_;
   std::vector<EncodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots] each slot's RoPE position, then the step's segment table
   std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf

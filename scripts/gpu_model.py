@@ -113,6 +113,14 @@ def op_time(op):
             unique = 4 * (op["cout"] * K + op["cin"] * op["t_in"] + op["cout"] * op["t_out"])
             return splitk_time(op["cout"], op["t_out"], K, unique), 1, "conv1d_splitk"
         return conv_direct_time(op), 1, "conv1d_direct"
+    if k == "conv1d_segments":
+        # the conv over every segment's columns at once (the same kernels, by N = all columns),
+        # then one small launch moving each segment's context on
+        whole = dict(op, op="conv1d", t_in=op["t_in"] * op["segments"], t_out=op["t_out"] * op["segments"])
+        t, n, name = op_time(whole)
+        if op["context"] > 0:
+            return t + max(cyc(MEM_LAT), hbm(8 * op["segments"] * op["cin"] * op["context"])), n + 1, name
+        return t, n, name
     if k == "conv_transpose1d":
         rows, cols = op["stride"] * op["cout"], math.ceil(op["t_out"] / op["stride"])
         K = math.ceil(op["k"] / op["stride"]) * op["cin"]

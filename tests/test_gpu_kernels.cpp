@@ -225,7 +225,7 @@ TEST_CASE("gpu attention_window: every slot's step equals its own rope and atten
   struct Case {
     int64_t hd, ctx, maxT, steps;
   };
-  for (const Case cs : {Case{64, 12, 3, 14}, Case{8, 5, 4, 12}, Case{64, 3, 70, 4}, Case{8, 1, 2, 6}}) {
+  for (const Case cs : {Case{64, 6, 3, 8}, Case{8, 5, 4, 8}, Case{64, 3, 66, 2}, Case{8, 1, 2, 4}}) {
     CAPTURE(cs.hd); CAPTURE(cs.ctx); CAPTURE(cs.maxT);
     Rng r(uint64_t(21 + cs.hd + cs.ctx));
     const int64_t H = 2, hd = cs.hd, D = H * hd, S = 3, R = cs.ctx - 1 + cs.maxT, cap = cs.ctx - 1;
@@ -285,6 +285,61 @@ TEST_CASE("gpu attention_window: every slot's step equals its own rope and atten
     }
     gpu::release(dpos);
     gpu::release(dseg);
+  }
+}
+
+TEST_CASE("gpu conv1d_segments: every segment equals conv1d alone with its slot's context, bitwise") {
+  // Segments of a batched step side by side, each with its slot's context in one [slots, Cin, P]
+  // buffer: outputs bitwise conv1d of that segment alone with that context (every kernel: tiled,
+  // split-K and one thread per output, by the column count and channels), and each used slot's
+  // context afterwards the last P of [context | its inputs] (T below and above P); unused slots
+  // untouched.
+  struct Case {
+    int64_t cin, cout, k, stride, dil, T, nseg;
+    bool elu, acc;
+  };
+  Rng r(31);
+  for (const Case cs : {Case{3, 40, 7, 1, 1, 5, 3, false, false}, Case{8, 64, 3, 1, 3, 2, 17, true, false},
+                        Case{16, 33, 4, 2, 1, 8, 5, true, true}, Case{4, 2, 3, 1, 1, 1, 9, true, false},
+                        Case{6, 48, 1, 1, 1, 3, 4, false, true}, Case{5, 36, 10, 5, 1, 10, 2, false, false}}) {
+    CAPTURE(cs.cin); CAPTURE(cs.cout); CAPTURE(cs.k); CAPTURE(cs.T); CAPTURE(cs.nseg);
+    Conv1dShape s;
+    s.in_channels = cs.cin, s.out_channels = cs.cout, s.kernel = cs.k, s.stride = cs.stride, s.dilation = cs.dil;
+    s.length_in = cs.T;
+    s.elu_input = cs.elu;
+    const int64_t P = s.pad_left(), To = s.length_out(), S = cs.nseg + 2, n = cs.nseg;
+    const auto x = random_vec(size_t(cs.cin * n * cs.T), r, -2, 2), w = random_vec(size_t(cs.cout * cs.cin * cs.k), r);
+    const auto bias = random_vec(size_t(cs.cout), r), y0 = random_vec(size_t(cs.cout * n * To), r);
+    const auto ctx = random_vec(size_t(S * cs.cin * std::max<int64_t>(P, 1)), r, -2, 2);
+    std::vector<WindowSegment> segs;
+    for (int64_t i = 0; i < n; ++i) segs.push_back({0, 0, 0, int32_t(((1 - i) % S + S) % S)});  // slots out of order, two unused
+    std::vector<int32_t> used(size_t(S), 0);
+    for (const auto& sg : segs) used[size_t(sg.slot)] = 1;
+    REQUIRE(std::count(used.begin(), used.end(), 1) == n);  // distinct slots
+    Dev dx(x), dw(w), db(bias), dy(y0), dctx(ctx);
+    int32_t* dseg = gpu::alloc_i32(size_t(4 * n));
+    gpu::upload_i32(dseg, reinterpret_cast<const int32_t*>(segs.data()), size_t(4 * n));
+    gpu::conv1d_segments(s, n, reinterpret_cast<const WindowSegment*>(dseg), dx.p, dw.p, db.p, dy.p, cs.acc,
+                         P > 0 ? dctx.p : nullptr);
+    const auto got = dy.host(), got_ctx = dctx.host();
+    gpu::release(dseg);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = segs[size_t(i)].slot;
+      std::vector<float> c1(size_t(cs.cin * std::max<int64_t>(P, 1)));
+      std::copy_n(ctx.begin() + slot * cs.cin * P, cs.cin * P, c1.begin());
+      Dev xi(columns(x, cs.cin, n * cs.T, i * cs.T, cs.T)), yi(columns(y0, cs.cout, n * To, i * To, To)), ci(c1);
+      gpu::conv1d(s, xi.p, dw.p, db.p, yi.p, cs.acc, P > 0 ? ci.p : nullptr);
+      CHECK(count_differ(yi.host(), got, cs.cout, n * To, i * To, To) == 0);
+      for (int64_t c = 0; c < cs.cin; ++c)  // the context moved on: last P of [context | inputs]
+        for (int64_t j = 0; j < P; ++j) {
+          const int64_t from = j + cs.T;  // index into [context (P) | inputs (T)]
+          const float want = from < P ? c1[size_t(c * P + from)] : x[size_t(c * n * cs.T + i * cs.T + from - P)];
+          CHECK(got_ctx[size_t((slot * cs.cin + c) * P + j)] == want);
+        }
+    }
+    for (int64_t slot = 0; slot < S; ++slot)
+      if (!used[size_t(slot)])
+        for (int64_t e = 0; e < cs.cin * P; ++e) CHECK(got_ctx[size_t(slot * cs.cin * P + e)] == ctx[size_t(slot * cs.cin * P + e)]);
   }
 }
 

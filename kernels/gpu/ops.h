@@ -46,6 +46,16 @@ void attention_window(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t m
                       int64_t context, float scale, const float* q, const float* ring_k, const float* ring_v,
                       int64_t R, float* out);
 
+// A batched step's causal conv for every stream slot at once (codec/device.h FusedOps): nseg
+// segments of s.length_in = T inputs each side by side, x [Cin, nseg * T] (segment i in columns
+// [i*T, (i+1)*T)), y [Cout, nseg * T_out] likewise (= or += with accumulate, + bias). Segment i
+// continues the stream of slot segs[i].slot: its context (conv1d's, raw inputs) is
+// contexts + slot * Cin * P, of contexts [slots, Cin, P], P = s.pad_left() > 0; after the conv it
+// becomes the last P of [context | the segment's inputs]. Every output column is bitwise conv1d's
+// for that segment alone with that context. y must not overlap x or contexts.
+void conv1d_segments(const Conv1dShape& s, int64_t nseg, const WindowSegment* segs, const float* x, const float* w,
+                     const float* bias, float* y, bool accumulate, float* contexts);
+
 // 0 when there is no usable device (never throws); `why` gets the runtime's own words when it
 // failed to count (an old driver, no driver, a busy device), so that is never read as "0 devices".
 int device_count(std::string* why = nullptr);
