@@ -2,6 +2,7 @@
 // side, the upsampling and the SEANet decoder per slot.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "codec/error.h"
 #include "codec/plan.h"
@@ -21,11 +22,13 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   check_placement(m, kernels);
   const int64_t B = slots, T25 = max_frames * c.downsample_stride(), T = max_frames * frame_size_;
   split_ = seanet_split(m);
+  together_ = uses_segments(k_) && max_frames <= split_.sub_frames && B * max_frames <= kTogetherFrames;
+  const int64_t W = together_ ? B : 1;  // the slots whose columns the scratch holds at once
   ScratchSizer body, tail;
-  body.convtr(m.upsample, max_frames);
-  body.conv(m.dec_in, T25);
-  body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25);
-  int64_t tw = T25, t = std::min(split_.sub_frames, max_frames) * c.downsample_stride();
+  body.convtr(m.upsample, max_frames * W);
+  body.conv(m.dec_in, T25 * W);
+  body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25 * W);
+  int64_t tw = T25 * W, t = std::min(split_.sub_frames, max_frames) * c.downsample_stride() * W;
   for (size_t b = 0; b < m.dec.size(); ++b) {
     ScratchSizer& z = b < split_.dec_tail ? body : tail;
     const int64_t tb = b < split_.dec_tail ? tw : t;
@@ -37,11 +40,12 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   tail.conv(m.dec_out, t);
   body.allocate(k_, s_, c.compress);
   tail.allocate(k_, tail_, c.compress);
-  size_transformer(k_, s_, c, T25, B * T25, !uses_rings(k_));
+  const bool rings = uses_rings(k_, c, T25);
+  size_transformer(k_, s_, c, T25, B * T25, !rings);
   codes_.assign(size_t(n_q) * size_t(B * max_frames), 0);
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
   positions_dev_ = alloc_codes(k_, positions_ints(slots));  // positions, then the segment table
-  if (uses_rings(k_))
+  if (rings)
     init_rings(k_, rings_, c, m.dec_tf.size(), slots, T25, segment_table(positions_dev_.get(), slots));
   sum_.allocate(k_, {c.q_dimension, B * max_frames});
   quantized_.allocate(k_, {c.dimension, B * max_frames});
@@ -73,7 +77,19 @@ DecodePlan::DecodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
     }
     init_state(k_, s.conv_out, m.dec_out);
     tf_.push_back(&s.tf);
-    init_state(k_, s.tf, c, m.dec_tf.size(), !uses_rings(k_));
+    init_state(k_, s.tf, c, m.dec_tf.size(), !rings);
+  }
+  if (together_) {  // each conv's contexts and each transposed conv's carries of every slot in one buffer
+    auto share = [&](const auto& layer, auto get) { share_slots(k_, slot_contexts_, streams_, layer, get); };
+    share(m.upsample, [](DecodeStream& st) -> ConvTrState& { return st.up; });
+    share(m.dec_in, [](DecodeStream& st) -> ConvState& { return st.conv_in; });
+    for (size_t b = 0; b < m.dec.size(); ++b) {
+      const size_t nr = m.dec[b].res.size();
+      share(m.dec[b].up, [&](DecodeStream& st) -> ConvTrState& { return st.convtr[b]; });
+      for (size_t i = 0; i < nr; ++i)
+        share(m.dec[b].res[i].conv1, [&](DecodeStream& st) -> ConvState& { return st.res[b * nr + i]; });
+    }
+    share(m.dec_out, [](DecodeStream& st) -> ConvState& { return st.conv_out; });
   }
   reset();
 }
@@ -187,16 +203,27 @@ void DecodePlan::decode_work() {
       k_.add_inplace(D * F, tmp_.ptr(), quantized_.ptr());
     }
   }
+  const bool together = segments_together();
   std::vector<TfSegment> segments;
-  {  // upsample to 25 Hz, slot by slot (each carries its transposed conv's overlap)
+  {  // upsample to 25 Hz, slot by slot (each carries its transposed conv's overlap) or all at once
     StageTimer t(profile_, "dec.upsample");
+    if (together) {  // the slots' columns of quantized_ -> theirs of upsampled_, as they lie
+      std::vector<ConvTrState*> up;
+      for (int b = 0; b < slots(); ++b)
+        if (frames_[size_t(b)] > 0) up.push_back(&streams_[size_t(b)].up);
+      convtr_step_segments(k_, m_.upsample, int64_t(up.size()), up, segment_table(positions_dev_.get(), slots()),
+                           quantized_.ptr(), F / int64_t(up.size()), upsampled_.ptr(), t);
+      k_.copy2d(tf_out_.ptr(), Tt, upsampled_.ptr(), Tt, Tt, D);
+    }
     for (int b = 0; b < slots(); ++b) {
       const int64_t n = frames_[size_t(b)], o = offset_[size_t(b)], T = n * ds;
       if (n == 0) continue;
-      k_.copy2d(tmp_.ptr(), n, quantized_.ptr() + o, F, n, D);
-      convtr_step(k_, m_.upsample, streams_[size_t(b)].up, tmp_.ptr(), n, s_.a.ptr(), s_, t);  // s_.a [D, T]
-      k_.copy2d(upsampled_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
-      k_.copy2d(tf_out_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
+      if (!together) {
+        k_.copy2d(tmp_.ptr(), n, quantized_.ptr() + o, F, n, D);
+        convtr_step(k_, m_.upsample, streams_[size_t(b)].up, tmp_.ptr(), n, s_.a.ptr(), s_, t);  // s_.a [D, T]
+        k_.copy2d(upsampled_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
+        k_.copy2d(tf_out_.ptr() + o * ds, Tt, s_.a.ptr(), T, T, D);
+      }
       segments.push_back({o * ds, T, &streams_[size_t(b)].tf, positions_dev_.get() + b, b});
     }
   }
@@ -204,8 +231,57 @@ void DecodePlan::decode_work() {
     StageTimer t(profile_, "dec.transformer");
     transformer_step(k_, c, m_.dec_tf, segments, tf_out_.ptr(), Tt, s_, t, rings_.R > 0 ? &rings_ : nullptr);
   }
+  if (together) seanet_segments();
+  else
+    for (int b = 0; b < slots(); ++b)
+      if (frames_[size_t(b)] > 0) seanet(b);
+}
+
+bool DecodePlan::segments_together() const { return together_ && common_frames(frames_) > 0; }
+
+// seanet() for every active slot at once: their columns of tf_out_ side by side (equal lengths,
+// one sub-chunk) through each layer in one conv over all of them, each segment with its slot's
+// context or carried overlap; the samples land in output_ as the slots lie.
+void DecodePlan::seanet_segments() {
+  std::vector<DecodeStream*> act;
+  const int64_t n = common_frames(frames_);
   for (int b = 0; b < slots(); ++b)
-    if (frames_[size_t(b)] > 0) seanet(b);
+    if (frames_[size_t(b)] > 0) act.push_back(&streams_[size_t(b)]);
+  const int64_t S = int64_t(act.size());
+  const WindowSegment* table = segment_table(positions_dev_.get(), slots());
+  auto states = [&](auto member) {
+    std::vector<std::remove_reference_t<decltype(member(*act.front()))>*> v;
+    for (DecodeStream* st : act) v.push_back(&member(*st));
+    return v;
+  };
+  int64_t T = n * m_.cfg.downsample_stride(), C = m_.dec_in.shape.out_channels;
+  {
+    StageTimer t(profile_, "dec.seanet.conv_in");
+    conv_step_segments(k_, m_.dec_in, S, states([](DecodeStream& st) -> ConvState& { return st.conv_in; }), table,
+                       tf_out_.ptr(), T, s_.a.ptr(), t);
+  }
+  auto block_all = [&](size_t b, Scratch& sc) {
+    const DecoderStage& stage = m_.dec[b];
+    const size_t nr = stage.res.size();
+    StageTimer t(profile_, "dec.seanet.block" + std::to_string(b + 1));
+    k_.elu(C * S * T, sc.a.ptr(), sc.b.ptr());
+    T = convtr_step_segments(k_, stage.up, S, states([&](DecodeStream& st) -> ConvTrState& { return st.convtr[b]; }),
+                             table, sc.b.ptr(), T, sc.a.ptr(), t);
+    C = stage.up.shape.out_channels;
+    for (size_t i = 0; i < nr; ++i) {  // the resblock as resblock_step composes it
+      const ResBlock& r = stage.res[i];
+      conv_step_segments(k_, r.conv1, S, states([&](DecodeStream& st) -> ConvState& { return st.res[b * nr + i]; }),
+                         table, sc.a.ptr(), T, sc.c.ptr(), t, false, /*elu_input=*/true);
+      k_.elu(r.conv1.shape.out_channels * S * T, sc.c.ptr(), sc.c.ptr());
+      conv_step_segments(k_, r.conv2, S, {}, table, sc.c.ptr(), T, sc.a.ptr(), t, /*accumulate=*/true);
+    }
+  };
+  for (size_t b = 0; b < split_.dec_tail; ++b) block_all(b, s_);
+  k_.copy2d(tail_.a.ptr(), S * T, s_.a.ptr(), S * T, S * T, C);
+  for (size_t b = split_.dec_tail; b < m_.dec.size(); ++b) block_all(b, tail_);
+  StageTimer t(profile_, "dec.seanet.conv_out");  // ELU -> conv (64 -> 1 channel) in one pass
+  conv_step_segments(k_, m_.dec_out, S, states([](DecodeStream& st) -> ConvState& { return st.conv_out; }), table,
+                     tail_.a.ptr(), T, output_.ptr(), t, false, /*elu_input=*/true);
 }
 
 // The SEANet decoder of one slot: conv -> [ELU, convtr, resblocks] x 4 -> ELU -> conv, from its

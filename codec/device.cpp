@@ -48,7 +48,8 @@ const FusedOps kGpuFused{.linear_gelu = gpu::linear_gelu,
                          .layer_norm_linear = gpu::layer_norm_linear,
                          .rope_append = gpu::rope_append,
                          .attention_window = gpu::attention_window,
-                         .conv1d_segments = gpu::conv1d_segments};
+                         .conv1d_segments = gpu::conv1d_segments,
+                         .conv_transpose1d_segments = gpu::conv_transpose1d_segments};
 const Kernels kGpu{MIMI_OP_TABLE(gpu), .resblock = nullptr, MIMI_MEMORY_TABLE(gpu), .host_memory = false,
                    .graphs = &kGpuGraphs, .fused = &kGpuFused};
 #endif

@@ -67,6 +67,9 @@ struct FusedOps {
   // context in one [slots, Cin, P] buffer, advanced after (kernels/gpu/ops.h conv1d_segments).
   void (*conv1d_segments)(const Conv1dShape& s, int64_t nseg, const WindowSegment* segs, const float* x,
                           const float* w, const float* bias, float* y, bool accumulate, float* contexts);
+  // ... and a transposed conv with every slot's carried overlap (conv_transpose1d_segments)
+  void (*conv_transpose1d_segments)(const ConvTranspose1dShape& s, int64_t nseg, const WindowSegment* segs,
+                                    const float* x, const float* w, const float* bias, float* y, float* carries);
 };
 
 // The ops of kernels/ops.h as a table, so plans are written once for every backend.

@@ -20,7 +20,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   check_placement(m, kernels);
   const int64_t B = slots, T = max_frames * frame_size_, T25 = max_frames * c.downsample_stride();
   split_ = seanet_split(m);
-  together_ = uses_segments(k_) && max_frames <= split_.sub_frames;
+  together_ = uses_segments(k_) && max_frames <= split_.sub_frames && B * max_frames <= kTogetherFrames;
   const int64_t W = together_ ? B : 1;  // the slots whose columns the scratch holds at once
   ScratchSizer head, body;
   int64_t t = std::min(split_.sub_frames, max_frames) * frame_size_ * W, tw = T * W;
@@ -38,7 +38,8 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   body.maxCT = std::max(body.maxCT, int64_t(c.dimension) * T25 * W);
   head.allocate(k_, head_, c.compress);
   body.allocate(k_, s_, c.compress);
-  size_transformer(k_, s_, c, T25, B * T25, !uses_rings(k_));
+  const bool rings = uses_rings(k_, c, T25);
+  size_transformer(k_, s_, c, T25, B * T25, !rings);
   input_.allocate(k_, {1, B * T});
   seanet_out_.allocate(k_, {c.dimension, B * T25});
   tf_out_.allocate(k_, {c.dimension, B * T25});
@@ -48,7 +49,7 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
   rvq_work_.allocate(k_, {rvq_work_floats(c.q_dimension, B * max_frames, c.bins)});
   codes_dev_ = alloc_codes(k_, size_t(n_q) * size_t(B * max_frames));
   positions_dev_ = alloc_codes(k_, positions_ints(slots));  // positions, then the segment table
-  if (uses_rings(k_))
+  if (rings)
     init_rings(k_, rings_, c, m.enc_tf.size(), slots, T25, segment_table(positions_dev_.get(), slots));
   for (int set = 0; set < 2; ++set) {
     input_stage_[set].allocate(k_, input_.ptr(), size_t(B * T));
@@ -74,14 +75,10 @@ EncodePlan::EncodePlan(const Model& m, const Kernels& kernels, int64_t max_frame
     init_state(k_, s.conv_out, m.enc_out);
     init_state(k_, s.down, m.downsample);
     tf_.push_back(&s.tf);
-    init_state(k_, s.tf, c, m.enc_tf.size(), !uses_rings(k_));
+    init_state(k_, s.tf, c, m.enc_tf.size(), !rings);
   }
   if (together_) {  // each conv's contexts of every slot in one buffer
-    auto share = [&](const Conv& conv, auto member) {
-      std::vector<ConvState*> all;
-      for (EncodeStream& st : streams_) all.push_back(&member(st));
-      share_contexts(k_, slot_contexts_.emplace_back(), all, conv);
-    };
+    auto share = [&](const auto& layer, auto get) { share_slots(k_, slot_contexts_, streams_, layer, get); };
     share(m.enc_in, [](EncodeStream& st) -> ConvState& { return st.conv_in; });
     for (size_t b = 0; b < m.enc.size(); ++b) {
       const size_t nr = m.enc[b].res.size();
@@ -195,23 +192,16 @@ void EncodePlan::seanet(int slot) {
   k_.copy2d(tf_out_.ptr() + o, Tt, s.a.ptr(), T, T, D);
 }
 
-bool EncodePlan::segments_together() const {
-  if (!together_) return false;
-  int64_t n = 0;
-  for (int64_t f : frames_)
-    if (f > 0 && n > 0 && f != n) return false;
-    else if (f > 0) n = f;
-  return n > 0;
-}
+bool EncodePlan::segments_together() const { return together_ && common_frames(frames_) > 0; }
 
 // seanet() for every active slot at once: their samples side by side in input_ (equal lengths,
 // one sub-chunk) through each layer in one conv over all their columns, each segment with its
 // slot's context; the results are the slots' columns of seanet_out_ and tf_out_ as they lie.
 void EncodePlan::seanet_segments() {
   std::vector<EncodeStream*> act;
-  int64_t n = 0;
+  const int64_t n = common_frames(frames_);
   for (int b = 0; b < slots(); ++b)
-    if (frames_[size_t(b)] > 0) act.push_back(&streams_[size_t(b)]), n = frames_[size_t(b)];
+    if (frames_[size_t(b)] > 0) act.push_back(&streams_[size_t(b)]);
   const int64_t S = int64_t(act.size());
   const WindowSegment* table = segment_table(positions_dev_.get(), slots());
   auto states = [&](auto member) {

@@ -67,9 +67,41 @@ int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x
   return sh.length_out();
 }
 
-bool uses_segments(const Kernels& k) { return k.fused && k.fused->conv1d_segments; }
+bool uses_segments(const Kernels& k) {
+  return k.fused && k.fused->conv1d_segments && k.fused->conv_transpose1d_segments;
+}
 
-void share_contexts(const Kernels& k, Buffer& base, const std::vector<ConvState*>& slots, const Conv& c) {
+void share_state(const Kernels& k, Buffer& base, const std::vector<ConvTrState*>& slots, const ConvTr& c) {
+  const int64_t Cout = c.shape.out_channels, O = c.shape.overlap();
+  if (O == 0 || slots.empty()) return;
+  base.allocate(k, {int64_t(slots.size()), Cout, O});
+  for (size_t s = 0; s < slots.size(); ++s) {
+    slots[s]->carry.view(base.ptr() + int64_t(s) * Cout * O, Cout * O, {Cout, O});
+    slots[s]->slots_base = base.ptr();
+  }
+}
+
+int64_t convtr_step_segments(const Kernels& k, const ConvTr& c, int64_t nseg, const std::vector<ConvTrState*>& states,
+                             const WindowSegment* table, const float* x, int64_t T, float* y, StageTimer& t) {
+  ConvTranspose1dShape sh = c.shape;
+  sh.length_in = T;
+  const int64_t O = sh.overlap();
+  float* carries = nullptr;
+  if (O > 0) {
+    if (int64_t(states.size()) != nseg) throw Error(ErrorKind::Internal, "convtr_step_segments: a state per segment");
+    for (int64_t i = 0; i < nseg; ++i) {  // a stream's first chunk: nothing carried yet, as convtr_step
+      ConvTrState& st = *states[size_t(i)];
+      if (!st.started) k.fill(st.carry.ptr(), sh.out_channels * O, 0.0f), st.started = true;
+    }
+    carries = states.front()->slots_base;
+    if (!carries) throw Error(ErrorKind::Internal, "convtr_step_segments: carries not shared (share_state)");
+  }
+  k.fused->conv_transpose1d_segments(sh, nseg, table, x, c.weight.data, opt(c.bias), y, carries);
+  t.add_flops(double(nseg) * convtr_flops(sh));
+  return T * sh.stride;
+}
+
+void share_state(const Kernels& k, Buffer& base, const std::vector<ConvState*>& slots, const Conv& c) {
   const int64_t Cin = c.shape.in_channels, P = c.shape.context();
   if (P == 0 || slots.empty()) return;
   base.allocate(k, {int64_t(slots.size()), Cin, P});
@@ -88,6 +120,7 @@ int64_t conv_step_segments(const Kernels& k, const Conv& c, int64_t nseg, const 
   const int64_t P = sh.context(), Cin = sh.in_channels;
   float* contexts = nullptr;
   if (P > 0) {
+    if (int64_t(states.size()) != nseg) throw Error(ErrorKind::Internal, "conv_step_segments: a state per segment");
     for (int64_t i = 0; i < nseg; ++i) {  // a stream's first chunk: its padding as context, as conv_step
       ConvState& st = *states[size_t(i)];
       if (st.started) continue;
@@ -97,7 +130,7 @@ int64_t conv_step_segments(const Kernels& k, const Conv& c, int64_t nseg, const 
       st.started = true;
     }
     contexts = states.front()->slots_base;
-    if (!contexts) throw Error(ErrorKind::Internal, "conv_step_segments: contexts not shared (share_contexts)");
+    if (!contexts) throw Error(ErrorKind::Internal, "conv_step_segments: contexts not shared (share_state)");
   }
   k.fused->conv1d_segments(sh, nseg, table, x, c.weight.data, opt(c.bias), y, accumulate, contexts);
   t.add_flops(double(nseg) * conv_flops(sh));
@@ -171,7 +204,9 @@ void resblock_step(const Kernels& k, const ResBlock& r, ConvState& st, float* x,
 // Per layer: LayerNorm, the q/k/v projection, the output projection and the MLP on all T_total
 // columns (one GEMM each); per segment, RoPE at its own position, attention against its own
 // window (the cached keys/values, then its new ones) and the window's update.
-bool uses_rings(const Kernels& k) { return k.fused && k.fused->rope_append && k.fused->attention_window; }
+bool uses_rings(const Kernels& k, const Config& c, int64_t slot_T) {
+  return k.fused && k.fused->rope_append && k.fused->attention_window && slot_T <= 2 * c.context;
+}
 
 void init_rings(const Kernels& k, TfRings& r, const Config& c, size_t layers, int slots, int64_t slot_T,
                 const WindowSegment* table) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "codec/model.h"
@@ -26,15 +27,32 @@ int64_t conv_step(const Kernels& k, const Conv& c, ConvState& st, const float* x
 // [Cin, nseg * T] holds segment i's T inputs in columns [i*T, (i+1)*T), y [Cout, nseg * T_out]
 // likewise; segment i continues the stream whose state is states[i] (the step's segment table
 // `table` in device memory names its slot; every slot's context of this conv in one buffer:
-// share_contexts). Unused when the conv has no context (states may then be empty). Every column
+// share_state). Unused when the conv has no context (states may then be empty). Every column
 // is bitwise what conv_step gives that stream alone. Returns T_out.
 int64_t conv_step_segments(const Kernels& k, const Conv& c, int64_t nseg, const std::vector<ConvState*>& states,
                            const WindowSegment* table, const float* x, int64_t T, float* y, StageTimer& t,
                            bool accumulate = false, bool elu_input = false);
+// convtr_step for nseg streams at once (conv_transpose1d_segments): x [Cin, nseg * T], y [Cout,
+// nseg * T * stride], segment i continuing states[i] (their carries one buffer: share_state).
+int64_t convtr_step_segments(const Kernels& k, const ConvTr& c, int64_t nseg, const std::vector<ConvTrState*>& states,
+                             const WindowSegment* table, const float* x, int64_t T, float* y, StageTimer& t);
 bool uses_segments(const Kernels& k);
+// The most frames (all slots' pushes together) a plan runs its SEANet on at once: the scratch
+// then holds every slot's columns (at 1024 frames ~0.5 GB per 24 kHz buffer), so wider plans go
+// slot by slot.
+constexpr int64_t kTogetherFrames = 1024;
+void share_state(const Kernels& k, Buffer& base, const std::vector<ConvTrState*>& slots, const ConvTr& c);
 // Lays one conv's contexts of every slot out in one [slots, Cin, P] buffer `base` (kept by the
 // plan): each slot's hist becomes a view of its part (nothing when the conv has no context).
-void share_contexts(const Kernels& k, Buffer& base, const std::vector<ConvState*>& slots, const Conv& c);
+void share_state(const Kernels& k, Buffer& base, const std::vector<ConvState*>& slots, const Conv& c);
+// share_state for one layer of every stream of a plan (get(stream): that layer's state), its
+// buffer appended to `bases`, which the plan keeps.
+template <class Stream, class Layer, class Get>
+void share_slots(const Kernels& k, std::vector<Buffer>& bases, std::vector<Stream>& streams, const Layer& layer, Get get) {
+  std::vector<std::remove_reference_t<decltype(get(streams.front()))>*> all;
+  for (Stream& st : streams) all.push_back(&get(st));
+  share_state(k, bases.emplace_back(), all, layer);
+}
 // y [Cout, T*stride] = convtr(x [Cin, T]) plus the overlap carried in `st`. Returns T*stride.
 int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const float* x, int64_t T, float* y,
                     Scratch& s, StageTimer& t);
@@ -52,7 +70,10 @@ struct TfSegment {
 };
 
 // TfRings (codec/plan.h): on a backend with the windowed fused ops.
-bool uses_rings(const Kernels& k);
+// Rings where the backend has the windowed ops and a slot's push is bounded (slot_T <= 2 *
+// context: the ring at most 3 windows wide; a plan for a whole file in one push keeps the
+// per-slot windows, whose memory does not grow with the push).
+bool uses_rings(const Kernels& k, const Config& c, int64_t slot_T);
 void init_rings(const Kernels& k, TfRings& r, const Config& c, size_t layers, int slots, int64_t slot_T,
                 const WindowSegment* table);
 // x [D, T_total] through the transformer layers in place: the norms, projections and MLP on all

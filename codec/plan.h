@@ -79,6 +79,7 @@ struct ConvState {  // a causal conv's (or resblock's) left context: its last P 
 struct ConvTrState {  // the overlap of a transposed conv not yet complete
   Buffer carry, old;  // [Cout, K - stride]; `old` holds the previous carry while a new one is built
   bool started = false;
+  float* slots_base = nullptr;  // as ConvState's: every slot's carry in one [slots, Cout, O] buffer
 };
 
 struct TransformerState {
@@ -283,6 +284,9 @@ class DecodePlan {
  private:
   void decode_work();     // a step's device work (captured, codec/step_graph.h)
   void seanet(int slot);  // its columns of tf_out_ -> its samples of output_
+  // Every active slot's SEANet at once (frames all equal, one sub-chunk), as EncodePlan's.
+  void seanet_segments();
+  bool segments_together() const;
   // decoder block b on sc.a [C, T] in place (T and C updated)
   void block(DecodeStream& st, size_t b, Scratch& sc, int64_t& C, int64_t& T);
 
@@ -300,6 +304,8 @@ class DecodePlan {
   SeanetSplit split_;
   Scratch s_;     // whole-push stages
   Scratch tail_;  // the sub-chunked SEANet tail
+  bool together_ = false;  // as EncodePlan's: the upsampling and SEANet on every slot at once
+  std::vector<Buffer> slot_contexts_;
   std::vector<DecodeStream> streams_;
   std::shared_ptr<int32_t> positions_dev_;  // [slots] each slot's RoPE position, then the step's segment table
   std::vector<TransformerState*> tf_;        // [slots]: &streams_[s].tf

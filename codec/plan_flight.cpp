@@ -77,6 +77,14 @@ int64_t stage_segments(const std::vector<int64_t>& frames, const std::vector<int
   return n;
 }
 
+int64_t common_frames(const std::vector<int64_t>& frames) {
+  int64_t n = 0;
+  for (int64_t f : frames)
+    if (f > 0 && n > 0 && f != n) return 0;
+    else if (f > 0) n = f;
+  return n;
+}
+
 void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
                    const Config& c) {
   for (size_t s = 0; s < tf.size(); ++s) {

@@ -22,6 +22,9 @@ bool stage_slots(const std::vector<TransformerState*>& tf, const std::vector<int
 // stage_slots into `positions`). Returns the number of entries.
 int64_t stage_segments(const std::vector<int64_t>& frames, const std::vector<int64_t>& offsets, int64_t ds,
                        const int32_t* positions, WindowSegment* table);
+// The frames every active slot pushes in this step when they are all the same (a step the SEANet
+// can take on every slot at once), else 0.
+int64_t common_frames(const std::vector<int64_t>& frames);
 // After it: the active slots' windows and positions moved on.
 void advance_slots(const std::vector<TransformerState*>& tf, const std::vector<int64_t>& frames, int64_t ds,
                    const Config& c);

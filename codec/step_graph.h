@@ -5,8 +5,9 @@
 // What makes a replay exact: everything a step's kernels read that changes from step to step
 // lives in device memory, not in the captured arguments. The step's input and output buffers
 // are the plan's own (uploaded before and downloaded after the captured work); the RoPE
-// positions are read from a device array (kernels/ops.h rope); attention gets positions relative
-// to the cached window; a conv's context is copied, not swapped, into its buffer. What is left
+// positions are read from a device array (kernels/ops.h rope), and on the GPU with the step's
+// segment table (kernels/ops.h WindowSegment); attention gets positions relative to the cached
+// window, or reads its keys by absolute position from a ring; a conv's context is copied, not swapped, into its buffer. What is left
 // in the arguments is the step's shape, which is the key: the frames of every slot (0 = idle).
 // A slot is steady once its stream has started (the conv contexts are filled) and its key/value
 // window is full; until then its steps run uncaptured, since the window's length and the

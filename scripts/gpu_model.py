@@ -121,6 +121,18 @@ def op_time(op):
         if op["context"] > 0:
             return t + max(cyc(MEM_LAT), hbm(8 * op["segments"] * op["cin"] * op["context"])), n + 1, name
         return t, n, name
+    if k == "conv_transpose1d_segments":
+        # the transposed conv over every segment's columns (the same kernels), then one thread per
+        # (segment, channel) adding the carried overlap and summing the next one (O outputs of
+        # ceil(K/S) * Cin/groups dependent FMAs each)
+        whole = dict(op, op="conv_transpose1d", t_in=op["t_in"] * op["segments"], t_out=op["t_out"] * op["segments"])
+        t, n, name = op_time(whole)
+        O = op["k"] - op["stride"]
+        if O > 0:
+            chain = O * math.ceil(op["k"] / op["stride"]) * (op["cin"] // op["groups"]) * FMA_LAT
+            waves = math.ceil(op["segments"] * op["cout"] / (SMS * BLOCKS_PER_SM * THREADS))
+            return t + cyc(MEM_LAT + waves * chain), n + 1, name
+        return t, n, name
     if k == "conv_transpose1d":
         rows, cols = op["stride"] * op["cout"], math.ceil(op["t_out"] / op["stride"])
         K = math.ceil(op["k"] / op["stride"]) * op["cin"]

@@ -297,18 +297,23 @@ TEST_CASE("gpu conv1d_segments: every segment equals conv1d alone with its slot'
   struct Case {
     int64_t cin, cout, k, stride, dil, T, nseg;
     bool elu, acc;
+    int64_t groups = 1;
   };
   Rng r(31);
   for (const Case cs : {Case{3, 40, 7, 1, 1, 5, 3, false, false}, Case{8, 64, 3, 1, 3, 2, 17, true, false},
                         Case{16, 33, 4, 2, 1, 8, 5, true, true}, Case{4, 2, 3, 1, 1, 1, 9, true, false},
-                        Case{6, 48, 1, 1, 1, 3, 4, false, true}, Case{5, 36, 10, 5, 1, 10, 2, false, false}}) {
+                        Case{6, 48, 1, 1, 1, 3, 4, false, true}, Case{5, 36, 10, 5, 1, 10, 2, false, false},
+                        Case{4, 2, 3, 1, 1, 4, 9, true, false},  // one thread per output over 36 columns
+                        Case{8, 8, 3, 1, 2, 5, 7, false, true, 4}}) {  // grouped
     CAPTURE(cs.cin); CAPTURE(cs.cout); CAPTURE(cs.k); CAPTURE(cs.T); CAPTURE(cs.nseg);
     Conv1dShape s;
     s.in_channels = cs.cin, s.out_channels = cs.cout, s.kernel = cs.k, s.stride = cs.stride, s.dilation = cs.dil;
+    s.groups = cs.groups;
     s.length_in = cs.T;
     s.elu_input = cs.elu;
     const int64_t P = s.pad_left(), To = s.length_out(), S = cs.nseg + 2, n = cs.nseg;
-    const auto x = random_vec(size_t(cs.cin * n * cs.T), r, -2, 2), w = random_vec(size_t(cs.cout * cs.cin * cs.k), r);
+    const auto x = random_vec(size_t(cs.cin * n * cs.T), r, -2, 2);
+    const auto w = random_vec(size_t(cs.cout * (cs.cin / cs.groups) * cs.k), r);
     const auto bias = random_vec(size_t(cs.cout), r), y0 = random_vec(size_t(cs.cout * n * To), r);
     const auto ctx = random_vec(size_t(S * cs.cin * std::max<int64_t>(P, 1)), r, -2, 2);
     std::vector<WindowSegment> segs;
@@ -340,6 +345,62 @@ TEST_CASE("gpu conv1d_segments: every segment equals conv1d alone with its slot'
     for (int64_t slot = 0; slot < S; ++slot)
       if (!used[size_t(slot)])
         for (int64_t e = 0; e < cs.cin * P; ++e) CHECK(got_ctx[size_t(slot * cs.cin * P + e)] == ctx[size_t(slot * cs.cin * P + e)]);
+  }
+}
+
+TEST_CASE("gpu conv_transpose1d_segments: every segment equals convtr_step alone with its slot's carry, bitwise") {
+  // As convtr_step (codec/layer_steps.cpp) does it for one stream, with the GPU ops: the trimmed
+  // transform, the carried overlap added, the next overlap from the last ceil(K/S) inputs' untrimmed
+  // transform (plus the old one's rest when the chunk is shorter than the overlap). Every kernel
+  // (tiled, split-K, depthwise one thread per output); chunks shorter and longer than the overlap.
+  struct Case {
+    int64_t cin, cout, k, stride, groups, T, nseg;
+  };
+  Rng r(41);
+  for (const Case cs : {Case{16, 24, 4, 2, 1, 9, 4}, Case{8, 6, 8, 4, 1, 1, 3}, Case{12, 12, 4, 2, 12, 2, 5},
+                        Case{32, 16, 16, 8, 1, 2, 3}, Case{4, 4, 6, 2, 4, 1, 2}, Case{6, 40, 2, 2, 1, 3, 12}}) {
+    CAPTURE(cs.cin); CAPTURE(cs.cout); CAPTURE(cs.k); CAPTURE(cs.stride); CAPTURE(cs.groups); CAPTURE(cs.T);
+    ConvTranspose1dShape s;
+    s.in_channels = cs.cin, s.out_channels = cs.cout, s.kernel = cs.k, s.stride = cs.stride, s.groups = cs.groups;
+    s.length_in = cs.T;
+    const int64_t S = cs.stride, O = s.overlap(), To = cs.T * S, n = cs.nseg, slots = n + 1;
+    const auto x = random_vec(size_t(cs.cin * n * cs.T), r, -2, 2);
+    const auto w = random_vec(size_t(cs.cin * (cs.cout / cs.groups) * cs.k), r), bias = random_vec(size_t(cs.cout), r);
+    const auto carry0 = random_vec(size_t(slots * cs.cout * std::max<int64_t>(O, 1)), r);
+    std::vector<WindowSegment> segs;
+    for (int64_t i = 0; i < n; ++i) segs.push_back({0, 0, 0, int32_t(n - 1 - i)});  // slot n unused
+    Dev dx(x), dw(w), db(bias), dy(size_t(cs.cout * n * To)), dc(carry0);
+    int32_t* dseg = gpu::alloc_i32(size_t(4 * n));
+    gpu::upload_i32(dseg, reinterpret_cast<const int32_t*>(segs.data()), size_t(4 * n));
+    gpu::conv_transpose1d_segments(s, n, reinterpret_cast<const WindowSegment*>(dseg), dx.p, dw.p, db.p, dy.p,
+                                   O > 0 ? dc.p : nullptr);
+    const auto got = dy.host(), got_c = dc.host();
+    gpu::release(dseg);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = segs[size_t(i)].slot;
+      CAPTURE(i);
+      std::vector<float> c1(size_t(cs.cout * std::max<int64_t>(O, 1)));
+      std::copy_n(carry0.begin() + slot * cs.cout * O, cs.cout * O, c1.begin());
+      Dev xi(columns(x, cs.cin, n * cs.T, i * cs.T, cs.T)), yi(size_t(cs.cout * To)), carry(c1), old(c1);
+      gpu::conv_transpose1d(s, xi.p, dw.p, db.p, yi.p);
+      if (O > 0) {
+        gpu::add2d(yi.p, To, carry.p, O, std::min(O, To), cs.cout);
+        const int64_t m = std::min(cs.T, (cs.k + S - 1) / S);
+        ConvTranspose1dShape tail = s;
+        tail.length_in = m;
+        tail.trimmed = false;
+        const int64_t L = tail.length_out();
+        Dev work(columns(x, cs.cin, n * cs.T, i * cs.T + cs.T - m, m)), full(size_t(cs.cout * L));
+        gpu::conv_transpose1d(tail, work.p, dw.p, nullptr, full.p);
+        gpu::copy2d(carry.p, O, full.p + L - O, L, O, cs.cout);
+        if (O > To) gpu::add2d(carry.p, O, old.p + To, O, O - To, cs.cout);
+        const auto want_c = carry.host();
+        for (int64_t e = 0; e < cs.cout * O; ++e) CHECK(got_c[size_t(slot * cs.cout * O + e)] == want_c[size_t(e)]);
+      }
+      CHECK(count_differ(yi.host(), got, cs.cout, n * To, i * To, To) == 0);
+    }
+    for (int64_t e = 0; e < cs.cout * O; ++e)  // the unused slot's carry untouched
+      CHECK(got_c[size_t(n * cs.cout * O + e)] == carry0[size_t(n * cs.cout * O + e)]);
   }
 }
 

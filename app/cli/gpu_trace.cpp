@@ -94,6 +94,12 @@ void t_conv1d_segments(const Conv1dShape& s, int64_t nseg, const WindowSegment*,
        {"stride", s.stride}, {"dilation", s.dilation}, {"groups", s.groups}, {"t_in", s.length_in},
        {"t_out", s.length_out()}, {"segments", nseg}, {"context", s.pad_left()}});
 }
+void t_convtr_segments(const ConvTranspose1dShape& s, int64_t nseg, const WindowSegment*, const float*, const float*,
+                       const float*, float*, float*) {
+  rec({{"op", "conv_transpose1d_segments"}, {"cin", s.in_channels}, {"cout", s.out_channels}, {"k", s.kernel},
+       {"stride", s.stride}, {"groups", s.groups}, {"t_in", s.length_in}, {"t_out", s.length_in * s.stride},
+       {"segments", nseg}});
+}
 // ---- memory: real (host memory), the device-side copies recorded as the kernels they are
 void t_copy2d(float* dst, int64_t dp, const float* src, int64_t sp, int64_t w, int64_t rows) {
   rec({{"op", "copy2d"}, {"n", w * rows}});
@@ -129,7 +135,8 @@ const FusedOps kTraceFused{.linear_gelu = t_linear_gelu,
                            .layer_norm_linear = t_layer_norm_linear,
                            .rope_append = t_rope_append,
                            .attention_window = t_attention_window,
-                           .conv1d_segments = t_conv1d_segments};
+                           .conv1d_segments = t_conv1d_segments,
+                           .conv_transpose1d_segments = t_convtr_segments};
 const Kernels kTrace{.gemm = t_gemm,
                      .conv1d = t_conv1d,
                      .conv_transpose1d = t_convtr,

@@ -9,7 +9,8 @@
 //               keys of the call: bitwise the same streaming (2 queries against the cached
 //               window) and offline (test).
 //   otherwise : one block per (head, query), scores in dynamic shared memory, block reductions.
-// Both kernels are written once over a Source: where a block's queries, keys and output are.
+// Both kernels are written once over a Source (and with explicit fmaf: no compiler contracts the
+// two instantiations differently): where a block's queries, keys and output are.
 // Plain: one stream's q [H*hd, Tq] against k, v [H*hd, Tk]. Ring: segment blockIdx.z of a
 // batched step, its queries in columns of q [H*hd, Tt] and its slot's keys in a ring (the key of
 // absolute position p in column p mod R). A query's keys are visited in the same order from
@@ -18,6 +19,7 @@
 #include "kernels/gpu/vendor.h"
 
 #include <algorithm>
+#include <string>
 
 namespace mimi::gpu {
 namespace {
@@ -77,7 +79,7 @@ __global__ void MIMI_BOUNDS(kThreads) attention_kernel(Source src, int64_t hd, i
   float local_max = -INFINITY;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     float s = 0.0f;
-    for (int64_t d = 0; d < hd; ++d) s += src.qv(h * hd + d, i) * src.key(h * hd + d, j_lo + j);
+    for (int64_t d = 0; d < hd; ++d) s = fmaf(src.qv(h * hd + d, i), src.key(h * hd + d, j_lo + j), s);
     s *= scale;
     score[j] = s;
     local_max = fmaxf(local_max, s);
@@ -104,7 +106,7 @@ __global__ void MIMI_BOUNDS(kThreads) attention_kernel(Source src, int64_t hd, i
   const float inv = n > 0 ? 1.0f / red[0] : 0.0f;
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < n; ++j) acc += score[j] * src.value(h * hd + d, j_lo + j);
+    for (int64_t j = 0; j < n; ++j) acc = fmaf(score[j], src.value(h * hd + d, j_lo + j), acc);
     src.store(h * hd + d, i, acc * inv);
   }
 }
@@ -194,6 +196,9 @@ void attention_window(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t m
                       int64_t R, float* out) {
   if (H <= 0 || nseg <= 0 || max_len <= 0) return;
   if (nseg > 65535) throw Error(ErrorKind::Internal, "attention_window: over 65535 segments");
+  if (max_len > R - context + 1)  // a window's cached keys and the new ones would share columns
+    throw Error(ErrorKind::Internal, "attention_window: a ring of " + std::to_string(R) + " columns for " +
+                                         std::to_string(max_len) + " steps and a window of " + std::to_string(context));
   Ring src;
   src.segs = segs, src.q = q, src.rk = ring_k, src.rv = ring_v, src.out = out;
   src.D = H * hd, src.Tt = Tt, src.R = R;

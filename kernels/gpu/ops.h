@@ -56,6 +56,14 @@ void attention_window(int64_t H, int64_t hd, int64_t Tt, int64_t nseg, int64_t m
 void conv1d_segments(const Conv1dShape& s, int64_t nseg, const WindowSegment* segs, const float* x, const float* w,
                      const float* bias, float* y, bool accumulate, float* contexts);
 
+// The same for a causal transposed conv with its carried overlap (codec/layer_steps.h convtr_step):
+// x [Cin, nseg * T] (s.length_in = T per segment), y [Cout, nseg * T * S] = each segment's trimmed
+// transform + bias, plus its slot's carry (carries [slots, Cout, O], O = K - S) on its first O
+// outputs; then the carry becomes the segment's untrimmed outputs T*S .. T*S + O - 1 (bias-free)
+// plus the old carry's rest past T*S. Bitwise convtr_step's for each stream alone.
+void conv_transpose1d_segments(const ConvTranspose1dShape& s, int64_t nseg, const WindowSegment* segs, const float* x,
+                               const float* w, const float* bias, float* y, float* carries);
+
 // 0 when there is no usable device (never throws); `why` gets the runtime's own words when it
 // failed to count (an old driver, no driver, a busy device), so that is never read as "0 devices".
 int device_count(std::string* why = nullptr);
