@@ -358,7 +358,8 @@ TEST_CASE("gpu conv_transpose1d_segments: every segment equals convtr_step alone
   };
   Rng r(41);
   for (const Case cs : {Case{16, 24, 4, 2, 1, 9, 4}, Case{8, 6, 8, 4, 1, 1, 3}, Case{12, 12, 4, 2, 12, 2, 5},
-                        Case{32, 16, 16, 8, 1, 2, 3}, Case{4, 4, 6, 2, 4, 1, 2}, Case{6, 40, 2, 2, 1, 3, 12}}) {
+                        Case{32, 16, 16, 8, 1, 2, 3}, Case{4, 4, 6, 2, 4, 1, 2}, Case{6, 40, 2, 2, 1, 3, 12},
+                        Case{8, 40, 6, 2, 1, 1, 3}}) {  // a segment shorter than the overlap, groups 1
     CAPTURE(cs.cin); CAPTURE(cs.cout); CAPTURE(cs.k); CAPTURE(cs.stride); CAPTURE(cs.groups); CAPTURE(cs.T);
     ConvTranspose1dShape s;
     s.in_channels = cs.cin, s.out_channels = cs.cout, s.kernel = cs.k, s.stride = cs.stride, s.groups = cs.groups;

@@ -110,7 +110,7 @@ __global__ void MIMI_BOUNDS(kThreads) convtr_kernel(ConvTranspose1dShape s, int6
   y[co * nseg * T_out + n] = bias ? v + bias[co] : v;
 }
 
-// Per (segment, output channel): the carried overlap of its slot added to the segment's first
+// Per (output channel, segment): the carried overlap of its slot added to the segment's first
 // outputs, then the next overlap: the untrimmed outputs T_out .. T_out + O - 1 of the segment
 // (bias-free), plus what is left of the old one past T_out (a segment shorter than the overlap).
 // In place, in order: position j reads old j + T_out, never already written.
@@ -119,7 +119,10 @@ __global__ void MIMI_BOUNDS(kThreads) convtr_carry_kernel(ConvTranspose1dShape s
                                                           float* y, float* carries) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, C = s.out_channels;
   if (idx >= nseg * C) return;
-  const int64_t seg = idx / C, co = idx - seg * C, O = s.kernel - s.stride, T_out = s.length_in * s.stride;  // (overlap() is host code)
+  // segments fastest: a warp's lanes share co, so a weight read is one broadcast (co fastest put
+  // the lanes 64 B apart, a sector each, over megabytes of weights)
+  const int64_t co = idx / nseg, seg = idx - co * nseg;
+  const int64_t O = s.kernel - s.stride, T_out = s.length_in * s.stride;  // (overlap() is host code)
   float* carry = carries + (int64_t(segs[seg].slot) * C + co) * O;
   float* yr = y + co * nseg * T_out + seg * T_out;
   for (int64_t j = 0; j < O && j < T_out; ++j) yr[j] = yr[j] + carry[j];
