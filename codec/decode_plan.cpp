@@ -2,7 +2,6 @@
 // side, the upsampling and the SEANet decoder per slot.
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "codec/error.h"
 #include "codec/plan.h"
@@ -208,9 +207,7 @@ void DecodePlan::decode_work() {
   {  // upsample to 25 Hz, slot by slot (each carries its transposed conv's overlap) or all at once
     StageTimer t(profile_, "dec.upsample");
     if (together) {  // the slots' columns of quantized_ -> theirs of upsampled_, as they lie
-      std::vector<ConvTrState*> up;
-      for (int b = 0; b < slots(); ++b)
-        if (frames_[size_t(b)] > 0) up.push_back(&streams_[size_t(b)].up);
+      const auto up = slot_states(streams_, [](DecodeStream& st) -> ConvTrState& { return st.up; }, &frames_);
       convtr_step_segments(k_, m_.upsample, int64_t(up.size()), up, segment_table(positions_dev_.get(), slots()),
                            quantized_.ptr(), F / int64_t(up.size()), upsampled_.ptr(), t);
       k_.copy2d(tf_out_.ptr(), Tt, upsampled_.ptr(), Tt, Tt, D);
@@ -243,17 +240,10 @@ bool DecodePlan::segments_together() const { return together_ && common_frames(f
 // one sub-chunk) through each layer in one conv over all of them, each segment with its slot's
 // context or carried overlap; the samples land in output_ as the slots lie.
 void DecodePlan::seanet_segments() {
-  std::vector<DecodeStream*> act;
   const int64_t n = common_frames(frames_);
-  for (int b = 0; b < slots(); ++b)
-    if (frames_[size_t(b)] > 0) act.push_back(&streams_[size_t(b)]);
-  const int64_t S = int64_t(act.size());
   const WindowSegment* table = segment_table(positions_dev_.get(), slots());
-  auto states = [&](auto member) {
-    std::vector<std::remove_reference_t<decltype(member(*act.front()))>*> v;
-    for (DecodeStream* st : act) v.push_back(&member(*st));
-    return v;
-  };
+  auto states = [&](auto get) { return slot_states(streams_, get, &frames_); };
+  const int64_t S = std::count_if(frames_.begin(), frames_.end(), [](int64_t f) { return f > 0; });  // segments
   int64_t T = n * m_.cfg.downsample_stride(), C = m_.dec_in.shape.out_channels;
   {
     StageTimer t(profile_, "dec.seanet.conv_in");
@@ -268,13 +258,10 @@ void DecodePlan::seanet_segments() {
     T = convtr_step_segments(k_, stage.up, S, states([&](DecodeStream& st) -> ConvTrState& { return st.convtr[b]; }),
                              table, sc.b.ptr(), T, sc.a.ptr(), t);
     C = stage.up.shape.out_channels;
-    for (size_t i = 0; i < nr; ++i) {  // the resblock as resblock_step composes it
-      const ResBlock& r = stage.res[i];
-      conv_step_segments(k_, r.conv1, S, states([&](DecodeStream& st) -> ConvState& { return st.res[b * nr + i]; }),
-                         table, sc.a.ptr(), T, sc.c.ptr(), t, false, /*elu_input=*/true);
-      k_.elu(r.conv1.shape.out_channels * S * T, sc.c.ptr(), sc.c.ptr());
-      conv_step_segments(k_, r.conv2, S, {}, table, sc.c.ptr(), T, sc.a.ptr(), t, /*accumulate=*/true);
-    }
+    for (size_t i = 0; i < nr; ++i)
+      resblock_step_segments(k_, stage.res[i], S,
+                             states([&](DecodeStream& st) -> ConvState& { return st.res[b * nr + i]; }), table,
+                             sc.a.ptr(), T, sc, t);
   };
   for (size_t b = 0; b < split_.dec_tail; ++b) block_all(b, s_);
   k_.copy2d(tail_.a.ptr(), S * T, s_.a.ptr(), S * T, S * T, C);

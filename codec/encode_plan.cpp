@@ -198,17 +198,10 @@ bool EncodePlan::segments_together() const { return together_ && common_frames(f
 // one sub-chunk) through each layer in one conv over all their columns, each segment with its
 // slot's context; the results are the slots' columns of seanet_out_ and tf_out_ as they lie.
 void EncodePlan::seanet_segments() {
-  std::vector<EncodeStream*> act;
   const int64_t n = common_frames(frames_);
-  for (int b = 0; b < slots(); ++b)
-    if (frames_[size_t(b)] > 0) act.push_back(&streams_[size_t(b)]);
-  const int64_t S = int64_t(act.size());
   const WindowSegment* table = segment_table(positions_dev_.get(), slots());
-  auto states = [&](auto member) {
-    std::vector<ConvState*> v;
-    for (EncodeStream* st : act) v.push_back(&member(*st));
-    return v;
-  };
+  auto states = [&](auto get) { return slot_states(streams_, get, &frames_); };
+  const int64_t S = std::count_if(frames_.begin(), frames_.end(), [](int64_t f) { return f > 0; });  // segments
   int64_t T = n * frame_size_, C = m_.enc_in.shape.out_channels;
   {
     StageTimer timer(profile_, "enc.seanet.conv_in");
@@ -219,13 +212,10 @@ void EncodePlan::seanet_segments() {
     const EncoderStage& stage = m_.enc[b];
     const size_t nr = stage.res.size();
     StageTimer t(profile_, "enc.seanet.block" + std::to_string(b + 1));
-    for (size_t i = 0; i < nr; ++i) {  // the resblock as resblock_step composes it
-      const ResBlock& r = stage.res[i];
-      conv_step_segments(k_, r.conv1, S, states([&](EncodeStream& st) -> ConvState& { return st.res[b * nr + i]; }),
-                         table, sc.a.ptr(), T, sc.c.ptr(), t, false, /*elu_input=*/true);
-      k_.elu(r.conv1.shape.out_channels * S * T, sc.c.ptr(), sc.c.ptr());
-      conv_step_segments(k_, r.conv2, S, {}, table, sc.c.ptr(), T, sc.a.ptr(), t, /*accumulate=*/true);
-    }
+    for (size_t i = 0; i < nr; ++i)
+      resblock_step_segments(k_, stage.res[i], S,
+                             states([&](EncodeStream& st) -> ConvState& { return st.res[b * nr + i]; }), table,
+                             sc.a.ptr(), T, sc, t);
     T = conv_step_segments(k_, stage.down, S, states([&](EncodeStream& st) -> ConvState& { return st.stride[b]; }),
                            table, sc.a.ptr(), T, sc.b.ptr(), t, false, /*elu_input=*/true);
     std::swap(sc.a, sc.b);
@@ -297,9 +287,7 @@ void EncodePlan::encode_work() {
   {  // downsample to the 12.5 Hz latent, slot by slot (replicate-padded stream context)
     StageTimer t(profile_, "enc.downsample");
     if (together) {  // every slot's columns of tf_out_ -> its columns of latent_, as they lie
-      std::vector<ConvState*> down;
-      for (int b = 0; b < slots(); ++b)
-        if (frames_[size_t(b)] > 0) down.push_back(&streams_[size_t(b)].down);
+      const auto down = slot_states(streams_, [](EncodeStream& st) -> ConvState& { return st.down; }, &frames_);
       conv_step_segments(k_, m_.downsample, int64_t(segments.size()), down, segment_table(positions_dev_.get(), slots()),
                          tf_out_.ptr(), segments.front().length, latent_.ptr(), t);
     }

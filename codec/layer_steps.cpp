@@ -81,6 +81,13 @@ void share_state(const Kernels& k, Buffer& base, const std::vector<ConvTrState*>
   }
 }
 
+void resblock_step_segments(const Kernels& k, const ResBlock& r, int64_t nseg, const std::vector<ConvState*>& states,
+                            const WindowSegment* table, float* x, int64_t T, Scratch& s, StageTimer& t) {
+  conv_step_segments(k, r.conv1, nseg, states, table, x, T, s.c.ptr(), t, false, /*elu_input=*/true);
+  k.elu(r.conv1.shape.out_channels * nseg * T, s.c.ptr(), s.c.ptr());
+  conv_step_segments(k, r.conv2, nseg, {}, table, s.c.ptr(), T, x, t, /*accumulate=*/true);
+}
+
 int64_t convtr_step_segments(const Kernels& k, const ConvTr& c, int64_t nseg, const std::vector<ConvTrState*>& states,
                              const WindowSegment* table, const float* x, int64_t T, float* y, StageTimer& t) {
   ConvTranspose1dShape sh = c.shape;

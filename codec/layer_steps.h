@@ -36,6 +36,9 @@ int64_t conv_step_segments(const Kernels& k, const Conv& c, int64_t nseg, const 
 // nseg * T * stride], segment i continuing states[i] (their carries one buffer: share_state).
 int64_t convtr_step_segments(const Kernels& k, const ConvTr& c, int64_t nseg, const std::vector<ConvTrState*>& states,
                              const WindowSegment* table, const float* x, int64_t T, float* y, StageTimer& t);
+// resblock_step for nseg streams at once, composed as resblock_step composes it (states: conv1's).
+void resblock_step_segments(const Kernels& k, const ResBlock& r, int64_t nseg, const std::vector<ConvState*>& states,
+                            const WindowSegment* table, float* x, int64_t T, Scratch& s, StageTimer& t);
 bool uses_segments(const Kernels& k);
 // The most frames (all slots' pushes together) a plan runs its SEANet on at once: the scratch
 // then holds every slot's columns (at 1024 frames ~0.5 GB per 24 kHz buffer), so wider plans go
@@ -47,11 +50,18 @@ void share_state(const Kernels& k, Buffer& base, const std::vector<ConvTrState*>
 void share_state(const Kernels& k, Buffer& base, const std::vector<ConvState*>& slots, const Conv& c);
 // share_state for one layer of every stream of a plan (get(stream): that layer's state), its
 // buffer appended to `bases`, which the plan keeps.
+// get(stream): one layer's state of a stream; of every stream, or (frames given) of the slots
+// active in the step, in slot order (the segments' order).
+template <class Stream, class Get>
+auto slot_states(std::vector<Stream>& streams, Get get, const std::vector<int64_t>* frames = nullptr) {
+  std::vector<std::remove_reference_t<decltype(get(streams.front()))>*> v;
+  for (size_t s = 0; s < streams.size(); ++s)
+    if (!frames || (*frames)[s] > 0) v.push_back(&get(streams[s]));
+  return v;
+}
 template <class Stream, class Layer, class Get>
 void share_slots(const Kernels& k, std::vector<Buffer>& bases, std::vector<Stream>& streams, const Layer& layer, Get get) {
-  std::vector<std::remove_reference_t<decltype(get(streams.front()))>*> all;
-  for (Stream& st : streams) all.push_back(&get(st));
-  share_state(k, bases.emplace_back(), all, layer);
+  share_state(k, bases.emplace_back(), slot_states(streams, get), layer);
 }
 // y [Cout, T*stride] = convtr(x [Cin, T]) plus the overlap carried in `st`. Returns T*stride.
 int64_t convtr_step(const Kernels& k, const ConvTr& c, ConvTrState& st, const float* x, int64_t T, float* y,
