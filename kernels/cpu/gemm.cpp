@@ -106,9 +106,11 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
       serial(M, j1 - j0, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
     });
   } else {
-    // slabs of whole micro-kernel tiles: a slab of 66 rows at MR 8 (a multiple of AVX2's 6) ran
-    // two 5-row tiles each, and the last of 8 slabs was short (1.1x on a 512-row transformer GEMM)
-    const int64_t mr = isa().micro_rows;
+    // slabs that tile well: a slab of 66 rows at MR 8 (a multiple of AVX2's 6) ran two 5-row
+    // tiles each, and the last of 8 slabs was short (1.1x on a 512-row transformer GEMM). With
+    // balanced tiles (AVX-512's MR 12) a multiple of 8: 512 rows are 8 slabs of 64, where slabs
+    // of whole 12-row tiles (72) gave one thread 288 rows and the other 224.
+    const int64_t mr = isa().split_rows;
     const int64_t grain = std::max<int64_t>(mr, (M / (4 * num_threads()) + mr - 1) / mr * mr);
     if (N <= 4 || grain >= M) {  // skinny (its own unpacked path), or one slab
       parallel_for(M, grain, [&](int64_t i0, int64_t i1) {
