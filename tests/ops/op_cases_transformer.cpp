@@ -14,9 +14,12 @@ namespace {
 
 void linear_cases(Table& t) {
   // the CPU sweep's shapes and the fused-epilogue shapes of the GPU test: its small kernel
-  // (T < 32), the tiled one, unaligned rows (in = 30: no float4 loads)
+  // (T < 32), the tiled one, unaligned rows (in = 30: no float4 loads); then the full model's
+  // projections at the encoder's and decoder's chunks (qkv at 64 frames, ff1 at 64, ff2 at 128:
+  // `test_ops --perf --op linear` times the shapes the transformer runs)
   for (auto [in, out, T] : {std::array<int64_t, 3>{1, 1, 1}, {32, 96, 54}, {64, 32, 1}, {513, 7, 33}, {16, 24, 3},
-                            {64, 96, 40}, {30, 70, 33}, {128, 64, 128}}) {
+                            {64, 96, 40}, {30, 70, 33}, {128, 64, 128}, {512, 1536, 64}, {512, 2048, 64},
+                            {2048, 512, 128}}) {
     const std::string shape = kv({{"in", in}, {"out", out}, {"T", T}});
     const double flops = 2.0 * in * out * T, bytes = 4.0 * (in * out + in * T + out * T);
     t.add("linear", shape, {1e-5, 1e-6}, {1e-5, 1e-5}, false, flops, bytes, [in, out, T](Arena& a, Rng& r) {
