@@ -178,7 +178,8 @@ void direct(const Conv1dShape& s, const float* x, const float* w, const float* b
   // Outputs per window: the window, Cin rows of about chunk*stride floats, stays within half
   // the L2 (the conv rereads it K times per output block). parallel_for hands one thread the
   // whole range, so the range is walked chunk by chunk here.
-  const int64_t chunk = std::clamp<int64_t>(65536 / (Cin * s.stride) / 64 * 64, 256, kDirectChunk);
+  const int64_t chunk =
+      even_tile(T_out, std::clamp<int64_t>(65536 / (Cin * s.stride) / 64 * 64, 256, kDirectChunk), 64);
   parallel_for(T_out, chunk, [&](int64_t begin, int64_t end) {
     for (int64_t t0 = begin; t0 < end; t0 += chunk) {
       const int64_t n = std::min(chunk, end - t0);
@@ -266,7 +267,9 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     }
     return;
   }
-  const int64_t tiles = (T_out + kTile - 1) / kTile;
+  // tiles of an even number of steps (a Karatsuba pair never straddles two), as many as a
+  // multiple of the threads where T_out allows
+  const int64_t tile = even_tile(T_out, kTile, 16), tiles = (T_out + tile - 1) / tile;
   const bool pairs = phase_path && s.groups == 1 && K == 2 * s.stride;  // see PairWeights
   PairWeights& pw = MIMI_THREAD_SCRATCH(PairWeights);
   if (pairs) pair_weights(s, w, pw);
@@ -279,8 +282,8 @@ void conv1d(const Conv1dShape& s, const float* x, const float* w, const float* b
     col.resize(static_cast<size_t>(phase_path ? cin_g * s.stride * (kTile + K) : rows * kTile));
     brows.resize(static_cast<size_t>(rows));
     for (int64_t job = b; job < e; ++job) {
-      const int64_t g = job / tiles, t0 = (job % tiles) * kTile;
-      const int64_t n = std::min(kTile, T_out - t0);
+      const int64_t g = job / tiles, t0 = (job % tiles) * tile;
+      const int64_t n = std::min(tile, T_out - t0);
       float* yg = y + g * cout_g * T_out + t0;
       init_rows(cout_g, n, T_out, bias ? bias + g * cout_g : nullptr, yg, accumulate);
       const float* wg = w + g * cout_g * rows;

@@ -132,13 +132,13 @@ void polyphase(const ConvTranspose1dShape& s, const float* x, const float* w, co
   }
   const float* psum = psum_store.data();
   const int64_t cols = (T_out + S - 1) / S;  // phase-0 columns; other phases have as many or one less
-  const int64_t tiles = (cols + kPolyTile - 1) / kPolyTile;
+  const int64_t tile = even_tile(cols, kPolyTile, 16), tiles = (cols + tile - 1) / tile;  // even steps (pairs)
   parallel_for(tiles, 1, [&](int64_t b, int64_t e) {
     std::vector<float>& B = MIMI_THREAD_SCRATCH(std::vector<float>);
     std::vector<float>& out = MIMI_THREAD_SCRATCH(std::vector<float>);
     std::vector<const float*>& rows = MIMI_THREAD_SCRATCH(std::vector<const float*>);  // B row (j, ci)
     for (int64_t i = b; i < e; ++i) {
-      const int64_t t0 = i * kPolyTile, n = std::min(kPolyTile, cols - t0);
+      const int64_t t0 = i * tile, n = std::min(tile, cols - t0);
       if (pairs) {
         pair_tile(s, A, psum, x, t0, n, T_out, bias, y);
         continue;

@@ -89,8 +89,7 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
   if (!TA && N <= 4 && M >= 16) {  // skinny: A streamed once, rows in parallel (same sums as the GEMM)
     static const GemmFn gemv = isa().gemv_rows;
     // chunks of whole 16-row blocks (a multiple of every ISA's row block): only the last is ragged
-    const int64_t grain = std::max<int64_t>(16, (M / (4 * num_threads()) + 15) / 16 * 16);
-    parallel_for(M, grain, [&](int64_t i0, int64_t i1) {
+    parallel_for_even(M, 16, 4, [&](int64_t i0, int64_t i1) {
       gemv(i1 - i0, N, K, A + i0 * lda, lda, B, ldb, C + i0 * ldc, ldc, accumulate);
     });
     return;
@@ -101,8 +100,7 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
     return;
   }
   if (N >= M) {
-    const int64_t grain = std::max<int64_t>(64, (N / (4 * num_threads()) + 63) / 64 * 64);
-    parallel_for(N, grain, [&](int64_t j0, int64_t j1) {
+    parallel_for_even(N, 64, 4, [&](int64_t j0, int64_t j1) {
       serial(M, j1 - j0, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
     });
   } else {
@@ -111,9 +109,8 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
     // balanced tiles (AVX-512's MR 12) a multiple of 8: 512 rows are 8 slabs of 64, where slabs
     // of whole 12-row tiles (72) gave one thread 288 rows and the other 224.
     const int64_t mr = isa().split_rows;
-    const int64_t grain = std::max<int64_t>(mr, (M / (4 * num_threads()) + mr - 1) / mr * mr);
-    if (N <= 4 || grain >= M) {  // skinny (its own unpacked path), or one slab
-      parallel_for(M, grain, [&](int64_t i0, int64_t i1) {
+    if (N <= 4 || M <= mr) {  // skinny (its own unpacked path), or one slab
+      parallel_for_even(M, mr, 4, [&](int64_t i0, int64_t i1) {
         serial(i1 - i0, N, K, TA ? A + i0 : A + i0 * lda, lda, B, ldb, C + i0 * ldc, ldc, accumulate);
       });
       return;
@@ -126,7 +123,7 @@ void gemm_threaded(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
     if (bp_store.size() < size_t(blocks * block_floats)) bp_store.resize(size_t(blocks * block_floats));
     float* bp = bp_store.data();  // (thread_local: named here, workers have their own)
     parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) { pb.gemm_pack_b(N, K, B, ldb, b0, b1, bp); });
-    parallel_for(M, grain, [&](int64_t i0, int64_t i1) {
+    parallel_for_even(M, mr, 4, [&](int64_t i0, int64_t i1) {
       pb.gemm_serial_prepacked(TA, i1 - i0, N, K, TA ? A + i0 : A + i0 * lda, lda, bp, C + i0 * ldc, ldc, accumulate);
     });
   }

@@ -35,7 +35,7 @@ void resblock(const ResBlockShape& s, const float* w1, const float* b1, const fl
               const float* context, float* x) {
   const int64_t C = s.channels, H = s.hidden, K = s.kernel, d = s.dilation, T = s.length, P = s.context();
   if (T <= 0) return;
-  const int64_t tile = tile_columns(C, T);
+  const int64_t tile = even_tile(T, tile_columns(C, T), 16);
   const int64_t tiles = (T + tile - 1) / tile;
   std::vector<float>& snap = MIMI_THREAD_SCRATCH(std::vector<float>);  // [tiles, C, P]: raw x left of each tile
   if (snap.size() < size_t(tiles * C * P)) snap.resize(size_t(tiles * C * P));
