@@ -164,6 +164,13 @@ void on_terminate() {
   _exit(kInternal);
 }
 
+// Registered from the executable's preinit array, which the dynamic loader runs before any
+// library's initializer: libgomp's own initializer calls exit(1) when it cannot allocate (under
+// `ulimit -v`, in a window of a few hundred KB just above what the loader needs to map the
+// libraries), before main, where an atexit in main came too late.
+void register_foreign_exit() { std::atexit(on_foreign_exit); }
+__attribute__((section(".preinit_array"), used)) void (*const g_register_foreign_exit)() = register_foreign_exit;
+
 const char* kExitCodes =
     "Exit codes: 0 ok, 2 usage error, 3 unreadable or malformed input, 4 weights/config missing, bad or\n"
     "mismatched, 5 output not written (exists without --force, or writing failed: disk full, file-size\n"
@@ -196,8 +203,7 @@ int main(int argc, char** argv) {
 
 int run_main(int argc, char** argv) {
   reserve_standard_fds();
-  std::atexit(on_foreign_exit);
-  std::set_terminate(on_terminate);
+  std::set_terminate(on_terminate);  // (on_foreign_exit: registered before the libraries started)
   auto logger = spdlog::stderr_color_mt("mimi");
   spdlog::set_default_logger(logger);
   {
