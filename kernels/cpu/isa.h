@@ -71,9 +71,9 @@ using MapFn = void (*)(int64_t, const float*, float*);
 struct IsaKernels {
   const char* name;  // as MIMI_CPU_ISA names it
   int vector_width;  // floats per vector register
-  int micro_rows;    // rows of the GEMM micro-kernel's register tile (MR)
-  int split_rows;    // the threaded GEMM's row slabs go by multiples of it: MR, or 8 where the
-                     // row tiles are balanced (any multiple of 8 rows then tiles at 8..MR rows)
+  int split_rows;    // the threaded GEMM's row slabs go by multiples of it: the micro-kernel's
+                     // rows (MR), or 8 where its row tiles are balanced (any multiple of 8 rows
+                     // then tiles at 8..MR rows)
   GemmFn gemm_serial, gemm_serial_ta, gemv_rows;
   void (*gemm_serial_rows)(int64_t, int64_t, int64_t, const float*, int64_t, const float* const*, float*, int64_t,
                            bool);
