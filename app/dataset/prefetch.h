@@ -1,6 +1,13 @@
 // Reads, downmixes and resamples the next items of a shard on a thread of its own while the
 // current one encodes, handing over model-rate mono blocks through a bounded queue (constant
 // memory for any item length).
+//
+// Descriptors: items open ahead only where the open-file limit, as it stands when the Prefetcher
+// is made, leaves room for one beside what the consumer may open at once while it records an item
+// (the shard's outputs); otherwise each opens once the consumer waits on an empty queue, holding
+// nothing it opened for an output: the run then needs what a strictly sequential run needs, and
+// whether it fits a tight `ulimit -n` does not depend on how the two threads happen to interleave
+// (it used to: EMFILE on an output or on the next item, by chance).
 #pragma once
 
 #include <condition_variable>
@@ -37,6 +44,7 @@ class Prefetcher {
  private:
   void run();
   bool push(Piece p);  // false when stopping
+  bool may_open();     // waits until the next item may open (see above); false when stopping
 
   const std::vector<Item>& items_;
   std::vector<size_t> order_;
@@ -45,7 +53,8 @@ class Prefetcher {
   std::deque<Piece> q_;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;
+  bool stop_ = false, consumer_waiting_ = false;
+  bool open_ahead_ = true;  // (see above)
   std::exception_ptr fatal_;
   std::thread thread_;
 };

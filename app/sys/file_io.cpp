@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <set>
@@ -335,21 +336,29 @@ int batch_slots(int asked, size_t items, int fds_per_slot) {
   const long long per_slot = (long long)std::max(fds_per_slot, 1) * kItemsPerSlot;
   constexpr int kReserve = 8;  // the weights, a journal, a tar, a lock, an output written at a time
   reserve_open_files(int(std::min<long long>(n * per_slot + kReserve + 64, 1 << 30)));
-  rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return n;
-  int open_now = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++open_now;
-  const long long room = (long long)r.rlim_cur - open_now - kReserve;
+  const long long free_now = open_file_room();
+  if (free_now == std::numeric_limits<long long>::max()) return n;
+  const long long room = free_now - kReserve;
   // at least one slot: the run then needs what a one-by-one run needs, and a descriptor that is
   // still missing fails as the environment (EMFILE: exit 75), never as an input
   const long long fit = std::max<long long>(room / per_slot, 1);
   if (fit < n) {
+    rlimit r{};
+    (void)getrlimit(RLIMIT_NOFILE, &r);
     spdlog::warn("--batch {}: the open-file limit (ulimit -n {}) holds {} slot{}; using {}", asked,
                  (long long)r.rlim_cur, fit, fit == 1 ? "" : "s", fit);
     n = int(fit);
   }
   return n;
+}
+
+long long open_file_room() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return std::numeric_limits<long long>::max();
+  long long open_now = 0;  // (counts the listing's own descriptor too: one short, never one over)
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end; it.increment(ec)) ++open_now;
+  return (long long)r.rlim_cur - open_now;
 }
 
 void reserve_open_files(int n) {

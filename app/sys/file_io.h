@@ -87,6 +87,10 @@ void write_all(int fd, const void* data, size_t n, const std::string& what);
 // hold many files open at once (--batch); never lowers it, never fails.
 void reserve_open_files(int n);
 
+// How many more descriptors the soft open-file limit lets this process open now (it may be 0 or
+// less); the largest long long where there is no limit.
+long long open_file_room();
+
 // The slots a --batch run gets: at most `asked`, at most `items` (0: unknown), and no more than
 // the open-file limit holds at `fds_per_slot` per item, two items per slot (the pipelined runners
 // keep an ended item open until its step is collected while its slot reads the next), beside the
