@@ -482,6 +482,11 @@ struct AudioWriter::Impl {
   uint64_t header = 0;  // bytes written before libsndfile's (the stream header)
 };
 
+namespace {
+constexpr size_t kEncoderSetup = size_t(512) << 10;  // libvorbis's encoder set-up, with room to spare
+constexpr int64_t kWritePiece = 8192;                 // samples a libsndfile write takes at most
+}  // namespace
+
 AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bool force, int64_t expected_samples,
                          int64_t max_samples, bool headerless)
     : impl_(new Impl) {
@@ -546,21 +551,42 @@ AudioWriter::AudioWriter(const std::string& path, int rate, SampleFormat fmt, bo
 }
 
 AudioWriter::~AudioWriter() {
-  if (impl_->f) sf_close(impl_->f);
+  // An output given up (an error on the way): closing it sets libvorbis's encoder up when nothing
+  // was written yet, unchecked (sndfile_io.h). Where the heap has no room for that, the handle is
+  // left open instead (a leak on a path that ends the run with exit 75, not a SIGSEGV); the
+  // temporary goes with its OutputFile either way.
+  if (impl_->f) try {
+      ensure_heap_headroom(kEncoderSetup);
+      sf_close(impl_->f);
+    } catch (const std::bad_alloc&) {
+    }
   delete impl_;  // an unfinished output's temporary goes with its OutputFile
 }
 
 void AudioWriter::write(const float* mono, int64_t n) {
   if ((impl_->written += n) > impl_->wav_limit)
     throw Error(ErrorKind::Output, impl_->out->path() + ": more than 4 GiB of samples for a WAV file (write s16 or FLAC)");
-  if (n > 0 && sf_writef_float(impl_->f, mono, n) != n) {
-    const int e = impl_->out->error();
-    throw Error(ErrorKind::Output, (impl_->out->path() == "-" ? std::string("stdout") : impl_->out->path()) +
-                                       ": write failed: " + (e ? std::strerror(e) : sf_strerror(impl_->f)));
+  // In pieces of at most kWritePiece samples: libvorbis copies all it holds onto the stack at its
+  // first analysis (alloca in _preextrapolate_helper) and grows its buffer to what is pending plus
+  // twice a write, and a decoded chunk is up to 10 s (at 44.1 kHz, 1.8 MB of stack: past what the
+  // main thread's stack could grow under `ulimit -v`, a SIGSEGV). Before each piece the address
+  // space is shown to hold what libvorbis allocates for it, its encoder's set-up included (~340 KB
+  // at the first write, measured with mallinfo2; sndfile_io.h), far more than the piece's 32 KB of
+  // stack. WAV and FLAC bytes do not depend on the pieces (OGG's carry a random stream serial).
+  for (int64_t done = 0; done < n;) {
+    const int64_t k = std::min<int64_t>(n - done, kWritePiece);
+    ensure_heap_headroom(size_t(k) * 3 * sizeof(float) + kEncoderSetup);
+    if (sf_writef_float(impl_->f, mono + done, k) != k) {
+      const int e = impl_->out->error();
+      throw Error(ErrorKind::Output, (impl_->out->path() == "-" ? std::string("stdout") : impl_->out->path()) +
+                                         ": write failed: " + (e ? std::strerror(e) : sf_strerror(impl_->f)));
+    }
+    done += k;
   }
 }
 
 uint64_t AudioWriter::finish() {
+  ensure_heap_headroom(kEncoderSetup);  // the encoder's set-up (nothing written) or last blocks
   const int rc = sf_close(impl_->f);
   impl_->f = nullptr;
   if (rc != 0) impl_->out->fail(EIO);

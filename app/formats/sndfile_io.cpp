@@ -86,22 +86,13 @@ namespace {
 std::shared_mutex g_sf_open;
 }  // namespace
 
-// libsndfile 1.2.0 (Debian 12's) leaves one allocation of an open unchecked: the first calloc of
-// its list of a header's chunks (psf_store_read_chunk: 20 entries of 96 bytes), written through
-// at once. Under an address-space limit (ulimit -v, as batch schedulers set it) a heap with no
-// room left made an open a SIGSEGV instead of "out of memory" (classes_probe3's memory sweep: a
-// crash in about 1 run in 3 under load). So before an open, the calling thread's heap is made to
-// hold room for what an open allocates (about 12 KB for a WAV, measured with mallinfo2): a block
-// is taken and given back, and stays in this thread's arena (below the mmap threshold; what the
-// trim gives back was just shown to be there). Where it cannot be taken, the open is not
-// attempted: std::bad_alloc, the machine's failure (exit 75), never the file's.
-static void ensure_open_headroom() {
-  constexpr size_t kOpenHeadroom = size_t(64) << 10;
-  void* p = std::malloc(kOpenHeadroom);
+void ensure_heap_headroom(size_t bytes) {
+  void* p = std::malloc(std::max(bytes, kMinHeadroom));
   if (!p) throw std::bad_alloc();
   asm volatile("" : : "r"(p) : "memory");  // (kept: a malloc freed unused may be elided)
   std::free(p);
 }
+static void ensure_open_headroom() { ensure_heap_headroom(kMinHeadroom); }
 
 SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::string& why, int* code) {
   ensure_open_headroom();

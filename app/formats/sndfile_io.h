@@ -33,6 +33,21 @@ SF_VIRTUAL_IO in_vio();
 
 // Runs `attempt` (an sf_open_virtual with its stream state rewound) so that, when no attempt
 // succeeds, `why` (and `code`, sf_error's) are this file's: see sndfile_io.cpp.
+// The codec libraries under libsndfile leave some allocations unchecked and write through them:
+// libsndfile 1.2.0 (Debian 12's) the first calloc of an open's chunk list (psf_store_read_chunk,
+// 20 x 96 bytes), libvorbis the realloc of its analysis buffer (vorbis_analysis_buffer, grown to
+// the samples pending plus twice those written). Under an address-space limit (ulimit -v, as batch
+// schedulers set it) a heap with no room left made them a SIGSEGV instead of "out of memory"
+// (classes_probe3's sweep: an open, ~1 run in 3 under load; a hostile probe: `decode -o x.ogg` at
+// ulimit -v 36-46 MB, every time). So before each call into them, the calling thread's heap is
+// shown to hold room for what the call allocates: a block of `bytes` (at least kMinHeadroom; an
+// open allocates ~12 KB for a WAV, measured with mallinfo2) is taken and given back, staying in
+// the thread's arena (below the mmap threshold) or leaving its address space free (above it).
+// Where it cannot be taken, the call is not made: std::bad_alloc, the machine's failure (exit 75),
+// never the file's.
+constexpr size_t kMinHeadroom = size_t(64) << 10;
+void ensure_heap_headroom(size_t bytes);
+
 SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::string& why, int* code = nullptr);
 // An output's open (it writes the header), alone; `why` on failure.
 SNDFILE* sf_open_write_alone(SF_VIRTUAL_IO* io, SF_INFO* info, void* user, std::string& why);
