@@ -97,6 +97,11 @@ bool contains_ci(const std::string& hay, const std::string& needle) {
   return lower(hay).find(lower(needle)) != std::string::npos;
 }
 
+bool loader_gave_up(const Run& r) {
+  return r.code == 127 && (contains_ci(r.err, "error while loading shared libraries") ||
+                           contains_ci(r.err, "cannot allocate TLS") || r.err == "out of memory\n");
+}
+
 Listing list_tree(const fs::path& dir) {
   Listing l;
   std::error_code ec;

@@ -27,6 +27,12 @@ struct Run {
   bool timed_out = false;  // killed at the deadline (code 124)
   double seconds = 0;      // wall time
 };
+// The dynamic loader gave up before mimi ran (under `ulimit -v` or `ulimit -n` below what mapping
+// its libraries needs): exit 127, which none of mimi's own codes is, with one of ld.so's messages
+// ("error while loading shared libraries: ...", "cannot allocate TLS data structures", or a bare
+// "out of memory" when its own allocation fails: seen on the 9.4 MB CUDA-enabled binary).
+bool loader_gave_up(const Run& r);
+
 
 // The invariants of every run in the class sweeps: finished, no crash (unless signal_ok: a run
 // killed on purpose), no internal error (exit 70 or its message), no uncaught exception.
