@@ -328,11 +328,26 @@ def _forge(d, old, new):
     assert b != tar
     (s.parent / (s.name + ".tar")).write_bytes(b)
     done = s.parent / (s.name + ".done")
-    j = json.loads(done.read_text())
+    # Numbers keep the literals the CLI wrote: the record's digest is over the CLI's own JSON
+    # text, and Python's shortest float repr is not always its library's (a run time written
+    # 0.010004043579101563 is 0.010004043579101562 in Python: the same double, another digest).
+    class Lit(str):
+        pass
+
+    def dump(v):
+        if isinstance(v, Lit):
+            return str(v)
+        if isinstance(v, dict):
+            return "{" + ",".join(json.dumps(k) + ":" + dump(v[k]) for k in sorted(v)) + "}"
+        if isinstance(v, list):
+            return "[" + ",".join(dump(x) for x in v) + "]"
+        return json.dumps(v, ensure_ascii=False)
+
+    j = json.loads(done.read_text(), parse_float=Lit)
     j.pop("record_sha256")
     j["tar_sha256"] = hashlib.sha256(b).hexdigest()
-    j["record_sha256"] = hashlib.sha256(json.dumps(j, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    done.write_text(json.dumps(j, indent=1, sort_keys=True) + "\n")
+    j["record_sha256"] = hashlib.sha256(dump(j).encode()).hexdigest()
+    done.write_text(dump(j) + "\n")
 
 
 def test_read_dataset_refuses_members_the_clis_npy_rule_refuses(tmp_path, dataset_dirs):
