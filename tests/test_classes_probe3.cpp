@@ -38,6 +38,18 @@ Run limited(const Sandbox& box, int kb, const std::string& cmd) {
   return box.sh("ulimit -v " + std::to_string(kb) + "; " + cmd);
 }
 
+// One point of a memory-limit sweep: `cmd` under `ulimit -v kb` ends 0 or 75, sanely; its exit
+// code counted in outcomes[256] (the loader giving up before mimi runs is not counted).
+void sweep_point(const Sandbox& box, int kb, const std::string& cmd, int* outcomes) {
+  const Run r = limited(box, kb, cmd);
+  CAPTURE(kb);
+  CAPTURE(r.err);
+  if (loader_gave_up(r)) return;
+  check_sane(r);
+  CHECK_MESSAGE((r.code == 0 || r.code == 75), "exit ", r.code);
+  ++outcomes[r.code & 255];
+}
+
 // The options of `mimi COMMAND` that take a value, from its own --help: {"--n-q", "INT"}, ...
 // (a line "  [-x,]--name TYPE..." whose TYPE starts with a capital).
 std::vector<std::pair<std::string, std::string>> value_options(const Sandbox& box, const std::string& command) {
@@ -85,15 +97,7 @@ TEST_CASE("classes: memory limits around the resampler's set-up give 0 or 75, ne
     for (int kb = 16000; kb <= 160000; kb += 3000) limits.push_back(kb);
     for (int kb = hi; kb >= std::max(4000, hi - 8000); kb -= 125) limits.push_back(kb);
     int outcomes[256] = {0};
-    for (const int kb : limits) {
-      const Run r = limited(box, kb, cmd);
-      CAPTURE(kb);
-      CAPTURE(r.err);
-      if (loader_gave_up(r)) continue;
-      check_sane(r);
-      CHECK_MESSAGE((r.code == 0 || r.code == 75), "exit ", r.code);
-      ++outcomes[r.code & 255];
-    }
+    for (const int kb : limits) sweep_point(box, kb, cmd, outcomes);
     MESSAGE(cmd << ": works from " << hi << " KB; below it 0 x" << outcomes[0] << ", 75 x" << outcomes[75]);
   }
 }
@@ -318,17 +322,9 @@ TEST_CASE("classes: decoding under a memory limit gives 0 or 75 for every contai
   write_wav(box / "in.wav", sine(440, 24000 * 20, 1, 24000), 24000, 1, SF_FORMAT_WAV | SF_FORMAT_PCM_16);
   REQUIRE(box.sh("mimi encode in.wav -o c.mimi -q").code == 0);
   for (const std::string out : {"o.ogg", "o.ogg --sample-rate 44100", "o.flac", "o.wav --sample-rate 48000"}) {
+    CAPTURE(out);
     int outcomes[256] = {0};
-    for (int kb = 26000; kb <= 64000; kb += 1000) {
-      const Run r = limited(box, kb, "rm -f o.*; mimi decode c.mimi -q -o " + out);
-      CAPTURE(out);
-      CAPTURE(kb);
-      CAPTURE(r.err);
-      if (loader_gave_up(r)) continue;
-      check_sane(r);
-      CHECK_MESSAGE((r.code == 0 || r.code == 75), "exit ", r.code);
-      ++outcomes[r.code & 255];
-    }
+    for (int kb = 26000; kb <= 64000; kb += 1000) sweep_point(box, kb, "rm -f o.*; mimi decode c.mimi -q -o " + out, outcomes);
     MESSAGE(out << ": 0 x" << outcomes[0] << ", 75 x" << outcomes[75]);
     CHECK(outcomes[0] > 0);  // the sweep reached limits where it works
   }

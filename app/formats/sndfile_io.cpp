@@ -92,16 +92,15 @@ void ensure_heap_headroom(size_t bytes) {
   asm volatile("" : : "r"(p) : "memory");  // (kept: a malloc freed unused may be elided)
   std::free(p);
 }
-static void ensure_open_headroom() { ensure_heap_headroom(kMinHeadroom); }
 
 SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::string& why, int* code) {
-  ensure_open_headroom();
+  ensure_heap_headroom(kMinHeadroom);
   {
     std::shared_lock<std::shared_mutex> shared(g_sf_open);
     if (SNDFILE* f = attempt()) return f;
   }
   std::unique_lock<std::shared_mutex> alone(g_sf_open);
-  ensure_open_headroom();
+  ensure_heap_headroom(kMinHeadroom);
   SNDFILE* f = attempt();
   if (!f) {
     why = sf_strerror(nullptr);
@@ -144,7 +143,7 @@ void refuse_unrecognised_stream(const std::vector<uint8_t>& prefix, const std::s
 SNDFILE* sf_open_write_alone(SF_VIRTUAL_IO* io, SF_INFO* info, void* user, std::string& why) {
   // an output's open writes its header: not tried twice, but alone, so the error read is its own
   std::unique_lock<std::shared_mutex> alone(g_sf_open);
-  ensure_open_headroom();
+  ensure_heap_headroom(kMinHeadroom);
   SNDFILE* f = sf_open_virtual(io, SFM_WRITE, info, user);
   if (!f) why = sf_strerror(nullptr);
   return f;

@@ -31,8 +31,6 @@ struct FdFile {
 };
 SF_VIRTUAL_IO in_vio();
 
-// Runs `attempt` (an sf_open_virtual with its stream state rewound) so that, when no attempt
-// succeeds, `why` (and `code`, sf_error's) are this file's: see sndfile_io.cpp.
 // The codec libraries under libsndfile leave some allocations unchecked and write through them:
 // libsndfile 1.2.0 (Debian 12's) the first calloc of an open's chunk list (psf_store_read_chunk,
 // 20 x 96 bytes), libvorbis the realloc of its analysis buffer (vorbis_analysis_buffer, grown to
@@ -48,6 +46,8 @@ SF_VIRTUAL_IO in_vio();
 constexpr size_t kMinHeadroom = size_t(64) << 10;
 void ensure_heap_headroom(size_t bytes);
 
+// Runs `attempt` (an sf_open_virtual with its stream state rewound) so that, when no attempt
+// succeeds, `why` (and `code`, sf_error's) are this file's: see sndfile_io.cpp.
 SNDFILE* sf_open_with_error(const std::function<SNDFILE*()>& attempt, std::string& why, int* code = nullptr);
 // An output's open (it writes the header), alone; `why` on failure.
 SNDFILE* sf_open_write_alone(SF_VIRTUAL_IO* io, SF_INFO* info, void* user, std::string& why);
